@@ -1,0 +1,102 @@
+"""Runs each pipeline step once per run and advances the run when a step ends.
+
+Before a step runs, its claim in the run store decides: run it, skip it (the run ended, or this is a
+duplicate of a finished step, whose continuation is re-driven if it never started), or put it off
+(another worker holds its lease). After it ran, the result is recorded and what follows is published;
+a failure is recorded, and fails the run once the retries are exhausted. Must come before ``Retries``
+in the middleware list, so that its ``after_process_message`` sees whether the failure was final.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+
+from pipelines.errors import DefinitionError, PipelinesError, PublishError, ResultTooLarge, ServiceUnavailable
+from pipelines.runtime import Runtime, StepAddress
+
+logger = logging.getLogger(__name__)
+
+#: Delay before a step whose claim could not be checked (store down) is tried again, in ms.
+STORE_DOWN_RETRY_DELAY_MS = 5000
+
+
+class PipelineSteps(Middleware):
+    """Claims, completes and fails pipeline steps through the runtime (see the module docstring)."""
+
+    def __init__(self, *, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        address = StepAddress.of(message)
+        if address is None:
+            return
+        try:
+            claim = self.runtime.claim(message, address)
+        except ServiceUnavailable as e:
+            self._put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
+            raise SkipMessage from None
+        if claim.kind == "run":
+            return
+        if claim.kind == "busy":
+            self._put_off(broker, message, claim.wait_ms, "another worker holds its lease")
+        elif claim.kind == "done":
+            self._redrive(broker, message, address)
+        elif claim.kind == "missing":
+            logger.error(
+                "Step %s of run %s is not in the run store (expired or never created); dead-lettering %s.",
+                address.node, address.run_id, message.message_id,
+            )
+            message.fail()
+        else:
+            logger.info("Skipping step %s: run %s is %s.", address.node, address.run_id, claim.run_state)
+        raise SkipMessage
+
+    def _put_off(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, delay_ms: int, why: str) -> None:
+        logger.warning("Putting off step message %s for %d ms: %s.", message.message_id, delay_ms, why)
+        try:
+            broker.enqueue(message._message, delay=max(delay_ms, 1))
+        except PipelinesError:
+            logger.exception("Could not put off %s; dead-lettering it instead.", message.message_id)
+            message.fail()
+
+    def _redrive(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
+        try:
+            self.runtime.redrive(broker, message, address)  # type: ignore[arg-type]
+        except PipelinesError:
+            logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
+            message.fail()
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        address = StepAddress.of(message)
+        if address is None:
+            return
+        try:
+            if exception is not None:
+                self.runtime.fail(address, exception, final=message.failed)
+            else:
+                self._complete(broker, message, address, result)
+        except (ServiceUnavailable, PublishError):
+            # The result may be recorded but what follows was not published: keep the message
+            # (dead-lettered); a replay re-drives the continuation without running the step again.
+            logger.exception("Could not advance run %s after step %s; dead-lettering.", address.run_id, address.node)
+            message.fail()
+
+    def _complete(
+        self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
+    ) -> None:
+        try:
+            self.runtime.complete(broker, message, address, result)  # type: ignore[arg-type]
+        except (ResultTooLarge, DefinitionError) as e:
+            logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
+            self.runtime.fail(address, e, final=True)

@@ -1,0 +1,90 @@
+"""rabbit-pipelines: background jobs and event pipelines on Dramatiq and RabbitMQ exchanges.
+
+    import dramatiq
+    import pipelines
+
+    app = pipelines.configure()          # reads config.toml; its broker becomes Dramatiq's
+
+    @dramatiq.actor
+    def charge(order_id): ...
+
+    run = pipelines.chain(charge.message(), pipelines.fan_out(ship.message(), email.message())).run(42)
+    run.result(timeout_s=30)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.app import App, build_app, configure, current_app
+from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, group, map
+from pipelines.config import Settings, load_settings
+from pipelines.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    DefinitionError,
+    MessageTooLarge,
+    PipelinesError,
+    PublishError,
+    ResultTooLarge,
+    RunCancelled,
+    RunError,
+    RunFailed,
+    RunNotFound,
+    RunTimeout,
+    ServiceUnavailable,
+    StoreUnavailable,
+    UnknownActor,
+    UnknownPipeline,
+    Unroutable,
+)
+from pipelines.runs import Run
+from pipelines.store.base import RunStatus, StepStatus
+
+__all__ = [
+    "App",
+    "BrokerUnavailable",
+    "Chain",
+    "ConfigError",
+    "DefinitionError",
+    "MessageTooLarge",
+    "Node",
+    "Parallel",
+    "PipelinesError",
+    "PublishError",
+    "ResultTooLarge",
+    "Run",
+    "RunCancelled",
+    "RunError",
+    "RunFailed",
+    "RunNotFound",
+    "RunStatus",
+    "RunTimeout",
+    "ServiceUnavailable",
+    "Settings",
+    "Step",
+    "StepStatus",
+    "StoreUnavailable",
+    "UnknownActor",
+    "UnknownPipeline",
+    "Unroutable",
+    "build_app",
+    "chain",
+    "chord",
+    "configure",
+    "current_app",
+    "fan_out",
+    "group",
+    "load_settings",
+    "map",
+    "publish",
+]
+
+
+def publish(topic: str, payload: Any, *, app: App | None = None) -> str:
+    """Publish a domain event (``order.placed``) to every subscribed actor; returns the message id.
+
+    Raises:
+        Unroutable: No actor subscribes to a pattern matching ``topic``.
+    """
+    return (app or current_app()).publish(topic, payload)

@@ -1,0 +1,183 @@
+"""The composition root: the broker, its middleware, the run store and the runtime, built from config.
+
+Nothing else in the core builds a broker. ``configure()`` builds the app once per process and makes
+its broker Dramatiq's broker, which is how actors declared with ``@dramatiq.actor`` and the stock
+``dramatiq`` and ``periodiq`` CLIs find it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from periodiq import PeriodiqMiddleware
+
+from middleware import PipelineSteps
+from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
+from pipelines.composition import Node, as_node
+from pipelines.config import Settings, load_settings
+from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
+from pipelines.runs import Run
+from pipelines.runtime import Runtime
+from pipelines.store import RunStore, make_store
+
+#: Seconds a scheduled (periodiq) message may be late before it is skipped as a missed tick.
+SCHEDULE_SKIP_DELAY_S = 30
+
+
+def build_middleware(settings: Settings, runtime: Runtime) -> list[dramatiq.Middleware]:
+    """The middleware of every broker, in order.
+
+    ``before_*`` hooks run top to bottom, ``after_*`` hooks bottom to top. ``PipelineSteps`` comes
+    before ``Retries`` so that, after a failure, it sees whether ``Retries`` gave up (a final failure
+    fails the run) or scheduled another attempt. Dramatiq's own defaults stay, so its ``pipeline``,
+    ``on_success``/``on_failure`` callbacks and time limits keep working.
+    """
+    return [
+        AgeLimit(),
+        TimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
+        ShutdownNotifications(),
+        Callbacks(),
+        Pipelines(),
+        PipelineSteps(runtime=runtime),
+        Retries(
+            max_retries=settings.retries.max_retries,
+            min_backoff=int(settings.retries.min_backoff_s * 1000),
+            max_backoff=int(settings.retries.max_backoff_s * 1000),
+        ),
+        PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
+    ]
+
+
+@dataclass
+class App:
+    """One configured rabbit-pipelines application: start runs, follow them, publish events."""
+
+    settings: Settings
+    broker: ExchangeBroker | MemoryBroker
+    store: RunStore
+    runtime: Runtime
+    pipelines: dict[str, Node] = field(default_factory=dict)
+
+    def register(self, name: str, node: object) -> Node:
+        """Register a pipeline under ``name`` so ``run(name)`` and ``pipelines run NAME`` can start it."""
+        self.pipelines[name] = as_node(node)
+        return self.pipelines[name]
+
+    def start(
+        self,
+        node: object,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        name: str | None = None,
+    ) -> Run:
+        """Start a run of a pipeline built on the spot (see ``Node.run_with_options``)."""
+        run_id, created = self.runtime.start(
+            self.broker, as_node(node), args=args, kwargs=kwargs, name=name, idempotency_key=idempotency_key
+        )
+        return Run(run_id, store=self.store, created=created)
+
+    def run(self, name: str, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> Run:
+        """Start the pipeline registered as ``name``.
+
+        Raises:
+            UnknownPipeline: Nothing is registered under ``name``.
+        """
+        try:
+            node = self.pipelines[name]
+        except KeyError:
+            known = ", ".join(sorted(self.pipelines)) or "none"
+            raise UnknownPipeline(f"No pipeline is registered as {name!r} (registered: {known}).") from None
+        return self.start(node, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
+
+    def get_run(self, run_id: str) -> Run:
+        """The handle of an existing run (``status()`` raises RunNotFound if there is none)."""
+        return Run(run_id, store=self.store)
+
+    def publish(self, topic: str, payload: Any) -> str:
+        """Publish a domain event to every actor subscribed to a matching pattern; returns its id."""
+        return self.broker.publish_event(topic, payload).message_id
+
+    def load_modules(self) -> None:
+        """Import the actors and the registered pipelines named in the ``[app]`` config section.
+
+        Raises:
+            ConfigError: A module or attribute named there does not exist.
+        """
+        _import(self.settings.app.actors, "app.actors")
+        registry = _import(self.settings.app.pipelines, "app.pipelines")
+        if not isinstance(registry, Mapping):
+            raise ConfigError(f"app.pipelines = {self.settings.app.pipelines!r} is not a mapping of name to pipeline.")
+        for name, node in registry.items():
+            self.register(name, node)
+
+    def close(self) -> None:
+        self.broker.close()
+        self.store.close()
+
+
+def _import(path: str, key: str) -> Any:
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{key} = {path!r}: cannot import {module_name!r} ({e}).") from None
+    if not attribute:
+        return module
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(f"{key} = {path!r}: module {module_name!r} has no {attribute!r}.") from None
+
+
+def build_app(settings: Settings) -> App:
+    """A new app from ``settings``; nothing connects until the first publish, consume or store call."""
+    store = make_store(settings.store, namespace=settings.namespace)
+    runtime = Runtime(store=store, lease_s=settings.store.step_lease_s, max_result_bytes=settings.store.max_result_bytes)
+    broker = make_broker(settings.broker, namespace=settings.namespace, middleware=build_middleware(settings, runtime))
+    return App(settings=settings, broker=broker, store=store, runtime=runtime)
+
+
+_current: App | None = None
+_lock = threading.Lock()
+
+
+def configure(settings: Settings | None = None) -> App:
+    """The process's app: built from ``settings`` (or ``config.toml``) on the first call, then reused.
+
+    Its broker becomes Dramatiq's global broker, so ``@dramatiq.actor`` declares actors on it.
+
+    Raises:
+        ConfigError: The configuration is invalid, or a different one was configured already.
+    """
+    global _current
+    with _lock:
+        if _current is not None:
+            if settings is not None and settings != _current.settings:
+                raise ConfigError("pipelines.configure() was already called with a different configuration.")
+            return _current
+        app = build_app(settings or load_settings())
+        dramatiq.set_broker(app.broker)
+        _current = app
+        return app
+
+
+def current_app() -> App:
+    """The app ``configure()`` set up.
+
+    Raises:
+        DefinitionError: ``configure()`` was not called in this process.
+    """
+    if _current is None:
+        raise DefinitionError(
+            "No app is configured: call pipelines.configure() (or import your actors package) first, "
+            "or pass app= explicitly."
+        )
+    return _current

@@ -1,0 +1,87 @@
+"""What both brokers share: actor validation, the cached topology, event messages, size limits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dramatiq
+
+from pipelines import naming
+from pipelines import options as opt
+from pipelines.config import BrokerConfig
+from pipelines.errors import DefinitionError, MessageTooLarge
+from pipelines.routing import route_of
+from pipelines.topology import ActorRoute, Topology, build_topology
+
+
+def validate_actor(actor: dramatiq.Actor[Any, Any]) -> None:
+    """Refuse actor names and subscriptions that cannot be routed, before anything is declared.
+
+    Raises:
+        DefinitionError: Naming the actor and what to change.
+    """
+    if not naming.is_valid_actor_name(actor.actor_name):
+        raise DefinitionError(
+            f"Actor name {actor.actor_name!r} cannot be routed: use letters, digits, '_' or '-' and no dots "
+            "(routing keys are dot-separated words)."
+        )
+    patterns = actor.options.get(opt.SUBSCRIBE, ())
+    if isinstance(patterns, str) or not all(
+        isinstance(p, str) and naming.is_valid_topic_pattern(p) for p in patterns
+    ):
+        raise DefinitionError(
+            f"Actor {actor.actor_name!r}: subscribe={patterns!r} must be a list of topic patterns such as "
+            "['order.*', 'invoice.#']."
+        )
+
+
+class TopologyCache:
+    """The topology of a broker's actors, rebuilt only when an actor is added."""
+
+    def __init__(self, *, namespace: str, config: BrokerConfig) -> None:
+        self.namespace = namespace
+        self.config = config
+        self._built: tuple[int, Topology] | None = None
+
+    def get(self, actors: Mapping[str, dramatiq.Actor[Any, Any]]) -> Topology:
+        if self._built is None or self._built[0] != len(actors):
+            topology = build_topology(
+                self.namespace,
+                (
+                    ActorRoute(a.actor_name, a.queue_name, tuple(a.options.get(opt.SUBSCRIBE, ())))
+                    for a in actors.values()
+                ),
+                queue_type=self.config.queue_type,
+                delivery_limit=self.config.delivery_limit,
+                delay_tiers_ms=(round(s * 1000) for s in self.config.delay_tiers_s),
+            )
+            self._built = (len(actors), topology)
+        return self._built[1]
+
+
+def event_message(topic: str, payload: Any, options: dict[str, Any] | None = None) -> dramatiq.Message[Any]:
+    """The message a domain event travels in: no actor yet, the topic in its options.
+
+    Raises:
+        DefinitionError: The topic is not dot-separated words.
+    """
+    if not naming.is_valid_topic(topic):
+        raise DefinitionError(f"Topic {topic!r} is not dot-separated words such as 'order.placed'.")
+    return dramatiq.Message(
+        queue_name="",
+        actor_name="",
+        args=(payload,),
+        kwargs={},
+        options={**(options or {}), opt.EVENT_TOPIC: topic},
+    )
+
+
+def check_size(message: dramatiq.Message[Any], body: bytes, limit: int) -> None:
+    """Raise MessageTooLarge when ``body`` is over ``limit`` bytes, with advice."""
+    if len(body) > limit:
+        raise MessageTooLarge(
+            f"A message for {message.actor_name or route_of(message).routing_key!r} is {len(body)} bytes, over "
+            f"broker.max_message_bytes = {limit}. Pass ids, not objects, and keep large data in a database "
+            "or object store."
+        )

@@ -1,0 +1,166 @@
+"""Publishing with batched publisher confirms on one pika connection.
+
+pika's ``BlockingChannel`` waits for a confirm after every publish (one round trip per message). Here
+a whole batch is written first and the confirms are awaited once, which is what RabbitMQ's
+documentation recommends; ``mandatory`` returns tell us which messages no queue took.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from pipelines.errors import PublishError
+
+#: Longest wait for RabbitMQ to confirm a batch before the connection is treated as broken.
+CONFIRM_TIMEOUT_S = 30.0
+
+#: pika errors that mean "this connection or channel is gone; open another and try again".
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    pika.exceptions.AMQPConnectionError,
+    pika.exceptions.AMQPChannelError,
+    ConnectionError,
+    OSError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One AMQP publish."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    message_id: str
+    headers: dict[str, Any] | None = None
+    priority: int | None = None
+
+
+def _nothing() -> None:
+    """A callback that only wakes the connection's event loop."""
+
+
+class BatchInterrupted(Exception):
+    """The connection broke during a batch; ``confirmed`` holds the indexes RabbitMQ had confirmed."""
+
+    def __init__(self, confirmed: set[int], cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.confirmed = confirmed
+        self.cause = cause
+
+
+class ConfirmPublisher:
+    """A connection with one confirm-mode channel for publishing and one plain channel for declaring."""
+
+    def __init__(self, parameters: Any, *, confirm: bool) -> None:
+        self.connection = pika.BlockingConnection(parameters)
+        self._confirm = confirm
+        self._channel = self.connection.channel()
+        # pika's blocking channel only confirms one publish at a time; its wrapped channel lets us
+        # write a batch and collect the acks as they come.
+        self._impl = self._channel._impl
+        self._next_tag = 1
+        self._lowest_open = 1
+        self._settled_above: set[int] = set()
+        self._nacked: set[int] = set()
+        self._returned: set[str] = set()
+        self._declare_channel: Any = None
+        self._awaited = 0
+        if confirm:
+            selected: list[object] = []
+            self._impl.confirm_delivery(
+                ack_nack_callback=self._on_confirm, callback=lambda frame: (selected.append(frame), self._wake())
+            )
+            while not selected:
+                self.connection.process_data_events(time_limit=1)
+            self._impl.add_on_return_callback(self._on_return)
+
+    def _wake(self) -> None:
+        # process_data_events returns early only for events of its own; queueing a no-op callback is
+        # the public way to end the wait as soon as the confirm we wait for has arrived.
+        self.connection.add_callback_threadsafe(_nothing)
+
+    @property
+    def declare_channel(self) -> Any:
+        """A channel for declarations and passive checks (a 404 closes it, not the publishing channel)."""
+        if self._declare_channel is None or not self._declare_channel.is_open:
+            self._declare_channel = self.connection.channel()
+        return self._declare_channel
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        tags = range(self._lowest_open, tag + 1) if method.multiple else (tag,)
+        if isinstance(method, pika.spec.Basic.Nack):
+            self._nacked.update(tags)
+        if method.multiple:
+            self._lowest_open = max(self._lowest_open, tag + 1)
+        else:
+            self._settled_above.add(tag)
+        while self._lowest_open in self._settled_above:
+            self._settled_above.discard(self._lowest_open)
+            self._lowest_open += 1
+        if self._awaited and self._is_settled(self._awaited):
+            self._wake()
+
+    def _on_return(self, _channel: Any, _method: Any, properties: Any, _body: bytes) -> None:
+        self._returned.add(properties.message_id)
+
+    def _is_settled(self, tag: int) -> bool:
+        return tag < self._lowest_open or tag in self._settled_above
+
+    def publish(self, batch: Sequence[Outgoing]) -> list[str]:
+        """Publish ``batch`` and wait for every confirm.
+
+        Returns:
+            The message ids RabbitMQ returned as unroutable.
+
+        Raises:
+            BatchInterrupted: The connection or channel broke; some messages may be confirmed.
+            PublishError: RabbitMQ nacked a message, or did not confirm in time.
+        """
+        first = self._next_tag
+        try:
+            for item in batch:
+                properties = pika.BasicProperties(
+                    delivery_mode=2,
+                    message_id=item.message_id,
+                    content_type="application/json",
+                    headers=item.headers,
+                    priority=item.priority,
+                )
+                self._impl.basic_publish(item.exchange, item.routing_key, item.body, properties, mandatory=True)
+                self._next_tag += 1
+            if not self._confirm:
+                self.connection.process_data_events(time_limit=0)
+                return []
+            last = self._awaited = self._next_tag - 1
+            deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+            while not self._is_settled(last):
+                if time.monotonic() > deadline:
+                    raise PublishError(f"RabbitMQ did not confirm {len(batch)} message(s) in {CONFIRM_TIMEOUT_S} s.")
+                self.connection.process_data_events(time_limit=1)
+            self._awaited = 0
+        except CONNECTION_ERRORS as e:
+            confirmed = {i for i in range(len(batch)) if self._confirm and self._is_settled(first + i)}
+            raise BatchInterrupted(confirmed, e) from None
+        nacked = [batch[tag - first].message_id for tag in range(first, last + 1) if tag in self._nacked]
+        self._nacked.difference_update(range(first, last + 1))
+        if nacked:
+            raise PublishError(f"RabbitMQ refused (nacked) message(s) {', '.join(nacked[:5])}.")
+        ids = {item.message_id for item in batch}
+        returned = [i for i in self._returned if i in ids]
+        self._returned.difference_update(returned)
+        return returned
+
+    def close(self) -> None:
+        try:
+            if self.connection.is_open:
+                self.connection.close()
+        except CONNECTION_ERRORS:
+            pass

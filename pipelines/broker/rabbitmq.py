@@ -1,0 +1,405 @@
+"""The RabbitMQ broker: Dramatiq's ``RabbitmqBroker`` connected through exchanges.
+
+Dramatiq publishes to one queue per Dramatiq queue name on the default exchange. This subclass keeps
+Dramatiq's actors, middleware and worker, and changes where messages go (see ``pipelines.topology``):
+one queue per actor, bound to the namespace's work exchange by the actor's name, so one publish can
+reach several actors (a fan-out) and an event reaches every subscriber. A Dramatiq queue name becomes
+the group of actor queues one consumer thread serves, so ``dramatiq actors --queues reports`` still
+means what it says. Delays wait in tiered delay queues in RabbitMQ, never in a worker's memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import Any
+
+import dramatiq
+import pika
+import pika.exceptions
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.common import current_millis
+from dramatiq.errors import ConnectionClosed
+
+from pipelines import naming
+from pipelines import options as opt
+from pipelines.broker.common import TopologyCache, check_size, event_message, validate_actor
+from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing
+from pipelines.codec import MalformedMessage, decode_message, encode_message
+from pipelines.config import BrokerConfig, mask_url
+from pipelines.delivery import UnresolvableMessage, resolve
+from pipelines.errors import BrokerUnavailable, DefinitionError, Unroutable
+from pipelines.routing import route_of
+from pipelines.topology import DELAY_TIER_HEADER, Topology
+
+logger = logging.getLogger(__name__)
+
+#: How many times a publish is retried on a fresh connection before BrokerUnavailable.
+MAX_PUBLISH_ATTEMPTS = 3
+#: How many times declarations are retried on a fresh connection.
+MAX_DECLARE_ATTEMPTS = 2
+
+
+class ExchangeBroker(RabbitmqBroker):
+    """RabbitMQ broker that routes through the namespace's exchanges (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        namespace: str,
+        middleware: list[dramatiq.Middleware] | None = None,
+    ) -> None:
+        super().__init__(url=config.url, confirm_delivery=config.confirm_delivery, middleware=middleware)
+        self.config = config
+        self.namespace = namespace
+        self.parameters.heartbeat = config.heartbeat_s
+        self.parameters.connection_attempts = config.connection_attempts
+        self.parameters.retry_delay = config.retry_delay_s
+        self.parameters.blocked_connection_timeout = config.blocked_connection_timeout_s
+        if config.url.startswith("amqps://") and (config.tls.ca_file or config.tls.cert_file):
+            self.parameters.ssl_options = _ssl_options(config)
+        self.actor_options |= {opt.SUBSCRIBE}
+        self.publish_count = 0
+        self._topology = TopologyCache(namespace=namespace, config=config)
+        self._local = threading.local()
+        self._publishers: set[ConfirmPublisher] = set()
+        self._declare_lock = threading.Lock()
+        self._declared: set[str] = set()
+
+    # -- declaration ---------------------------------------------------------------------------
+
+    def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
+        validate_actor(actor)
+        super().declare_actor(actor)
+
+    def declare_queue(self, queue_name: str, *, ensure: bool = False) -> None:
+        # A Dramatiq queue name is a group of actor queues; delays use the delay tiers, so no
+        # per-queue delay queue is announced to the worker.
+        if queue_name not in self.queues:
+            self.emit_before("declare_queue", queue_name)
+            self.queues.add(queue_name)
+            self.emit_after("declare_queue", queue_name)
+        if ensure:
+            self.ensure_topology()
+
+    @property
+    def topology(self) -> Topology:
+        """Everything this broker declares, for the actors declared so far."""
+        return self._topology.get(self.actors)
+
+    def ensure_topology(self) -> None:
+        """Declare whatever of the topology this broker has not declared yet (idempotent)."""
+        topology = self.topology
+        wanted = {e.name for e in topology.exchanges} | {q.name for q in topology.queues}
+        if wanted <= self._declared:
+            return
+        with self._declare_lock:
+            for attempt in range(1, MAX_DECLARE_ATTEMPTS + 1):
+                try:
+                    self._declare(topology)
+                    self._declared |= wanted
+                    return
+                except CONNECTION_ERRORS as e:
+                    self._drop_publisher()
+                    if attempt == MAX_DECLARE_ATTEMPTS:
+                        raise self._unavailable(e) from None
+
+    def _declare(self, topology: Topology) -> None:
+        channel = self._publisher().declare_channel
+        for exchange in topology.exchanges:
+            channel.exchange_declare(exchange.name, exchange.type, durable=True)
+        for queue in topology.queues:
+            channel.queue_declare(queue.name, durable=True, arguments=dict(queue.arguments))
+        for binding in topology.bindings:
+            channel.queue_bind(
+                binding.queue, binding.exchange, routing_key=binding.routing_key, arguments=dict(binding.arguments)
+            )
+
+    def forget_declarations(self) -> None:
+        """Make the next publish or consume declare everything again (after a 404 or a return)."""
+        self._declared.clear()
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _publisher(self) -> ConfirmPublisher:
+        publisher: ConfirmPublisher | None = getattr(self._local, "publisher", None)
+        if publisher is None or not publisher.connection.is_open:
+            try:
+                publisher = ConfirmPublisher(self.parameters, confirm=self.config.confirm_delivery)
+            except CONNECTION_ERRORS as e:
+                raise self._unavailable(e) from None
+            self._local.publisher = publisher
+            self._publishers.add(publisher)
+        return publisher
+
+    def _drop_publisher(self) -> None:
+        publisher: ConfirmPublisher | None = getattr(self._local, "publisher", None)
+        if publisher is not None:
+            self._local.publisher = None
+            self._publishers.discard(publisher)
+            publisher.close()
+
+    def _unavailable(self, error: BaseException) -> BrokerUnavailable:
+        return BrokerUnavailable(
+            f"RabbitMQ at {mask_url(self.config.url)} does not answer ({type(error).__name__}: {error}). "
+            "Is it running? Try `docker compose up -d rabbitmq`, or set broker.url in config.toml."
+        )
+
+    def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
+        """Publish one message (``delay`` in milliseconds); see :meth:`enqueue_many`."""
+        return self.enqueue_many([message], delay=delay)[0]
+
+    def enqueue_many(
+        self, messages: Sequence[dramatiq.Message[Any]], *, delay: int | None = None
+    ) -> list[dramatiq.Message[Any]]:
+        """Publish messages under one confirm wait.
+
+        Raises:
+            MessageTooLarge: A body is over ``broker.max_message_bytes``.
+            Unroutable: No queue is bound for a message's routing key (no such actor or subscriber).
+            BrokerUnavailable: RabbitMQ did not answer after ``MAX_PUBLISH_ATTEMPTS`` connections.
+        """
+        self.ensure_topology()
+        topology = self.topology
+        sent: list[dramatiq.Message[Any]] = []
+        batch: list[Outgoing] = []
+        for original in messages:
+            message = original
+            headers = None
+            route = route_of(message)
+            exchange = topology.work_exchange if route.exchange == "work" else topology.events_exchange
+            if delay is not None and delay > 0:
+                if route.exchange != "work":
+                    raise DefinitionError("Events cannot be delayed; delay the actor that publishes them.")
+                message = message.copy(options={opt.ETA: current_millis() + delay})
+                exchange = topology.delay_exchange
+                headers = {DELAY_TIER_HEADER: topology.delay_tier_for(delay)}
+            body = encode_message(message)
+            check_size(message, body, self.config.max_message_bytes)
+            self.emit_before("enqueue", message, delay)
+            batch.append(Outgoing(exchange, route.routing_key, body, message.message_id, headers))
+            sent.append(message)
+        self._publish(batch)
+        for message in sent:
+            self.emit_after("enqueue", message, delay)
+        return sent
+
+    def redelay(self, message: dramatiq.Message[Any], eta_ms: int) -> None:
+        """Send a message that came back from a delay tier early to the next tier."""
+        topology = self.topology
+        tier = topology.delay_tier_for(eta_ms - current_millis())
+        body = encode_message(message)
+        self._publish(
+            [Outgoing(topology.delay_exchange, route_of(message).routing_key, body, message.message_id, {DELAY_TIER_HEADER: tier})]
+        )
+
+    def _publish(self, batch: list[Outgoing]) -> None:
+        remaining = batch
+        for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
+            try:
+                returned = self._publisher().publish(remaining)
+            except BatchInterrupted as e:
+                self._drop_publisher()
+                remaining = [item for i, item in enumerate(remaining) if i not in e.confirmed]
+                if attempt == MAX_PUBLISH_ATTEMPTS:
+                    raise self._unavailable(e.cause) from None
+                logger.warning("Publish interrupted (%s); retrying %d message(s).", e.cause, len(remaining))
+                continue
+            self.publish_count += len(remaining)
+            if not returned:
+                return
+            # A queue may have been deleted under us: declare again and resend what came back.
+            remaining = [item for item in remaining if item.message_id in returned]
+            if attempt == MAX_PUBLISH_ATTEMPTS or not self._declared:
+                keys = sorted({item.routing_key for item in remaining})
+                raise Unroutable(
+                    f"No queue in namespace {self.namespace!r} is bound for {', '.join(keys)}: no declared actor "
+                    "has that name, or no actor subscribes to that topic."
+                )
+            self.forget_declarations()
+            self.ensure_topology()
+
+    def publish_event(
+        self, topic: str, payload: Any, *, options: dict[str, Any] | None = None
+    ) -> dramatiq.Message[Any]:
+        """Publish a domain event; every actor subscribed to a matching pattern receives ``payload``.
+
+        Raises:
+            DefinitionError: The topic is not dot-separated words.
+            Unroutable: No actor subscribes to the topic.
+        """
+        return self.enqueue(event_message(topic, payload, options))
+
+    # -- consuming -----------------------------------------------------------------------------
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> dramatiq.broker.Consumer:
+        self.ensure_topology()
+        queues = {
+            self.topology.actor_queues[a.actor_name]: a.actor_name
+            for a in self.actors.values()
+            if a.queue_name == queue_name
+        }
+        return _GroupConsumer(self, queue_name, queues, self.config.prefetch or prefetch, timeout)
+
+    # -- inspection and maintenance ------------------------------------------------------------
+
+    def queue_depth(self, queue: str) -> int | None:
+        """Messages ready in ``queue``, or None if it does not exist."""
+        channel = self._publisher().declare_channel
+        try:
+            return int(channel.queue_declare(queue, passive=True).method.message_count)
+        except pika.exceptions.ChannelClosedByBroker:
+            return None
+
+    def get_queue_message_counts(self, queue_name: str) -> tuple[int, int, int]:
+        """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``."""
+        queues = [q for a, q in self.topology.actor_queues.items() if self.actors[a].queue_name == queue_name]
+        ready = sum(self.queue_depth(q) or 0 for q in queues)
+        dead = sum(self.queue_depth(naming.dead_letter_queue(q)) or 0 for q in queues)
+        return ready, 0, dead
+
+    def flush(self, queue_name: str) -> None:
+        for actor, queue in self.topology.actor_queues.items():
+            if self.actors[actor].queue_name == queue_name:
+                for name in (queue, naming.dead_letter_queue(queue)):
+                    self._purge(name)
+
+    def flush_all(self) -> None:
+        for queue in self.topology.queues:
+            self._purge(queue.name)
+
+    def _purge(self, queue: str) -> None:
+        channel = self._publisher().declare_channel
+        try:
+            channel.queue_purge(queue)
+        except pika.exceptions.ChannelClosedByBroker:
+            pass
+
+    def delete_topology(self) -> None:
+        """Delete every queue and exchange of this namespace (tests and decommissioning)."""
+        topology = self.topology
+        channel = self._publisher().declare_channel
+        for queue in topology.queues:
+            channel.queue_delete(queue.name)
+        for exchange in topology.exchanges:
+            channel.exchange_delete(exchange.name)
+        self.forget_declarations()
+
+    def close(self) -> None:
+        for publisher in list(self._publishers):
+            publisher.close()
+        self._publishers.clear()
+        super().close()
+
+
+def _ssl_options(config: BrokerConfig) -> pika.SSLOptions:
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(config.tls.ca_file) if config.tls.ca_file else None)
+    if config.tls.cert_file:
+        context.load_cert_chain(str(config.tls.cert_file), str(config.tls.key_file) if config.tls.key_file else None)
+    return pika.SSLOptions(context, server_hostname=config.tls.server_hostname)
+
+
+class _Delivery(dramatiq.broker.MessageProxy):
+    """A message as one consumer received it: its delivery tag is only valid on that consumer's channel."""
+
+    def __init__(self, message: dramatiq.Message[Any], *, tag: int, redelivered: bool, consumer: _GroupConsumer):
+        super().__init__(message)
+        self.tag = tag
+        self.redelivered = redelivered
+        self.consumer = consumer
+
+
+class _GroupConsumer(dramatiq.broker.Consumer):
+    """Consumes every actor queue of one Dramatiq queue name on one channel."""
+
+    def __init__(
+        self, broker: ExchangeBroker, queue_name: str, queues: dict[str, str], prefetch: int, timeout_ms: int
+    ) -> None:
+        self.broker = broker
+        self.queue_name = queue_name
+        self.timeout_s = timeout_ms / 1000
+        self._ready: deque[tuple[Any, Any, bytes]] = deque()
+        self._actors_by_tag: dict[str, str] = {}
+        try:
+            self.connection = pika.BlockingConnection(broker.parameters)
+            self.channel = self.connection.channel()
+            self.channel.basic_qos(prefetch_count=prefetch)
+            for queue, actor in queues.items():
+                tag = self.channel.basic_consume(queue, self._on_delivery)
+                self._actors_by_tag[tag] = actor
+        except CONNECTION_ERRORS as e:
+            if getattr(e, "reply_code", None) == 404:
+                broker.forget_declarations()
+            raise ConnectionClosed(e) from None
+
+    def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self._ready.append((method, properties, body))
+
+    def __next__(self) -> dramatiq.broker.MessageProxy | None:
+        try:
+            if not self._ready:
+                self.connection.process_data_events(time_limit=self.timeout_s)
+        except CONNECTION_ERRORS as e:
+            if getattr(e, "reply_code", None) == 404:
+                self.broker.forget_declarations()
+            raise ConnectionClosed(e) from None
+        if not self._ready:
+            return None
+        method, _properties, body = self._ready.popleft()
+        actor = self._actors_by_tag[method.consumer_tag]
+        try:
+            message = resolve(decode_message(body), actor_name=actor, queue_name=self.queue_name)
+        except (MalformedMessage, UnresolvableMessage) as e:
+            logger.error("Rejecting a message on the queue of %r to its dead-letter queue: %s.", actor, e)
+            self._settle(self.channel.basic_nack, method.delivery_tag, requeue=False)
+            return None
+        eta = message.options.get(opt.ETA)
+        if eta is not None:
+            options = {k: v for k, v in message.options.items() if k != opt.ETA}
+            if isinstance(eta, int | float) and eta > current_millis():
+                # Back from a delay tier before it is due: on to the next tier, then let go of it here.
+                self.broker.redelay(message, int(eta))
+                self._settle(self.channel.basic_ack, method.delivery_tag)
+                return None
+            message = dramatiq.Message(**{**message.asdict(), "options": options})
+        return _Delivery(message, tag=method.delivery_tag, redelivered=method.redelivered, consumer=self)
+
+    def _settle(self, operation: Any, tag: int, **kwargs: Any) -> None:
+        try:
+            self.connection.add_callback_threadsafe(partial(operation, tag, **kwargs))
+        except CONNECTION_ERRORS as e:
+            raise ConnectionClosed(e) from None
+
+    def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if isinstance(message, _Delivery) and message.consumer is self:
+            self._settle(self.channel.basic_ack, message.tag)
+        else:
+            logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
+
+    def nack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if isinstance(message, _Delivery) and message.consumer is self:
+            self._settle(self.channel.basic_nack, message.tag, requeue=False)
+        else:
+            logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
+
+    def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
+        """Unacked deliveries return to their queues when the channel closes."""
+
+    def close(self) -> None:
+        try:
+            done = threading.Event()
+            self.connection.add_callback_threadsafe(done.set)
+            deadline = time.monotonic() + 5
+            while not done.is_set() and time.monotonic() < deadline:
+                self.connection.process_data_events(time_limit=0.1)
+            self.channel.close()
+            self.connection.close()
+        except CONNECTION_ERRORS:
+            pass

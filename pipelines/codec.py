@@ -1,0 +1,93 @@
+"""The wire format: a Dramatiq message as strict JSON (never pickle), encoded with orjson.
+
+Our brokers call this codec directly instead of Dramatiq's process-wide encoder, so nothing in a
+user's process can switch this wire format to pickle by accident.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+import orjson
+
+from pipelines.errors import DefinitionError
+
+_FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp")
+
+
+class MalformedMessage(ValueError):
+    """A body that is not a JSON Dramatiq message; the message says what is wrong with it."""
+
+
+def encode_message(message: dramatiq.Message[Any]) -> bytes:
+    """Encode a message as JSON bytes.
+
+    Raises:
+        DefinitionError: When an argument or option is not JSON-serializable, naming the actor.
+    """
+    try:
+        return orjson.dumps(
+            {
+                "queue_name": message.queue_name,
+                "actor_name": message.actor_name,
+                "args": message.args,
+                "kwargs": message.kwargs,
+                "options": message.options,
+                "message_id": message.message_id,
+                "message_timestamp": message.message_timestamp,
+            }
+        )
+    except TypeError as e:
+        raise DefinitionError(
+            f"A message for actor {message.actor_name or '(fan-out)'!r} has arguments that are not JSON: {e}. "
+            "Pass ids and plain values (str, int, float, bool, None, lists, dicts)."
+        ) from None
+
+
+def decode_message(body: bytes) -> dramatiq.Message[Any]:
+    """Decode JSON bytes into a message.
+
+    Raises:
+        MalformedMessage: For anything that is not a JSON object with Dramatiq's fields and types.
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise MalformedMessage(f"body is not JSON ({e}); first bytes: {body[:40]!r}") from None
+    if not isinstance(data, dict):
+        raise MalformedMessage(f"body is JSON {type(data).__name__}, not an object")
+    missing = [name for name in _FIELDS if name not in data]
+    if missing:
+        raise MalformedMessage(f"body lacks the field(s) {', '.join(missing)}")
+    checks = {
+        "queue_name": str,
+        "actor_name": str,
+        "args": list,
+        "kwargs": dict,
+        "options": dict,
+        "message_id": str,
+        "message_timestamp": int,
+    }
+    for name, kind in checks.items():
+        if not isinstance(data[name], kind):
+            raise MalformedMessage(f"field {name} is {type(data[name]).__name__}, expected {kind.__name__}")
+    data["args"] = tuple(data["args"])
+    return dramatiq.Message(**{name: data[name] for name in _FIELDS})
+
+
+def encode_value(value: Any) -> str:
+    """Encode a step result as JSON text.
+
+    Raises:
+        DefinitionError: When the result is not JSON-serializable.
+    """
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as e:
+        raise DefinitionError(f"A step returned a value that is not JSON ({e}). Return plain values or ids.") from None
+
+
+def decode_value(text: str) -> Any:
+    """Decode a step result stored as JSON text."""
+    return orjson.loads(text)

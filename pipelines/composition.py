@@ -1,0 +1,165 @@
+"""Composition primitives: chain, fan-out, group, map and chord, nested freely.
+
+A pipeline is a tree of three node kinds: a :class:`Step` (one actor call), a :class:`Chain` (children
+one after another, each receiving the previous result) and a :class:`Parallel` (children at the same
+time, their results collected in order). Everything else is a way to build those trees:
+
+    chain(a.message(), fan_out(b.message(), c.message()), d.message())   # d gets [b_result, c_result]
+    chord(map(resize, image_ids), then=publish_album.message())
+
+The tree is data: starting it compiles a plan (``pipelines.plan``) that the run store keeps, and
+messages carry only their own step and arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import dramatiq
+
+from pipelines.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from pipelines.app import App
+    from pipelines.runs import Run
+
+#: Anything accepted where a pipeline node is expected.
+NodeLike = "Node | dramatiq.Message[Any] | dramatiq.Actor[Any, Any]"
+
+
+@dataclass(frozen=True)
+class Node:
+    """Base of every pipeline node; a node can be started as a run on its own."""
+
+    def run(self, *args: Any, **kwargs: Any) -> Run:
+        """Start a run of this node with the configured app; ``args``/``kwargs`` go to its first steps."""
+        return self.run_with_options(args=args, kwargs=kwargs)
+
+    def run_with_options(
+        self,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        name: str | None = None,
+        app: App | None = None,
+    ) -> Run:
+        """Start a run with options.
+
+        Args:
+            args: Positional arguments appended to the arguments of the first step(s).
+            kwargs: Keyword arguments merged into those of the first step(s).
+            idempotency_key: A second start with the same key returns the first run.
+            name: Name recorded on the run (registered pipelines pass theirs).
+            app: The app to run on; defaults to the one ``pipelines.configure()`` set up.
+        """
+        from pipelines.app import current_app
+
+        target = app or current_app()
+        return target.start(self, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
+
+
+@dataclass(frozen=True)
+class Step(Node):
+    """One call of one actor, with the arguments bound when the pipeline was built."""
+
+    actor_name: str
+    queue_name: str = "default"
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Chain(Node):
+    """Children run one after another; each receives the previous one's result as its last argument."""
+
+    children: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Parallel(Node):
+    """Children run at the same time; the node's result is the list of their results, in order.
+
+    ``kind`` only records intent: ``fan_out`` (different actors, same input, one publish copied by the
+    exchange) or ``group`` (usually one actor over many inputs, one message each).
+    """
+
+    children: tuple[Node, ...]
+    kind: Literal["fan_out", "group"] = "group"
+
+
+def as_node(value: object) -> Node:
+    """Turn a Dramatiq message or actor (or a node) into a pipeline node.
+
+    Raises:
+        DefinitionError: For anything else, naming what was given.
+    """
+    if isinstance(value, Node):
+        return value
+    if isinstance(value, dramatiq.Message):
+        return Step(
+            actor_name=value.actor_name,
+            queue_name=value.queue_name,
+            args=tuple(value.args),
+            kwargs=dict(value.kwargs),
+            options=dict(value.options),
+        )
+    if isinstance(value, dramatiq.Actor):
+        return Step(actor_name=value.actor_name, queue_name=value.queue_name)
+    raise DefinitionError(
+        f"{value!r} is not a pipeline step. Use actor.message(...), an actor, or chain/fan_out/group/chord."
+    )
+
+
+def _nodes(what: str, values: Iterable[object]) -> tuple[Node, ...]:
+    nodes = tuple(as_node(v) for v in values)
+    if not nodes:
+        raise DefinitionError(f"{what}() needs at least one step.")
+    return nodes
+
+
+def chain(*steps: object) -> Chain:
+    """Run ``steps`` one after another, passing each result to the next step as its last argument."""
+    flat: list[Node] = []
+    for node in _nodes("chain", steps):
+        flat.extend(node.children if isinstance(node, Chain) else (node,))
+    return Chain(tuple(flat))
+
+
+def fan_out(*branches: object) -> Parallel:
+    """Give the same input to every branch at once; the result is the list of branch results.
+
+    When the branches start with different actors, the whole fan-out is one publish that the work
+    exchange copies to each branch's queue.
+    """
+    return Parallel(_nodes("fan_out", branches), kind="fan_out")
+
+
+def group(*members: object) -> Parallel:
+    """Run members (each with its own arguments) in parallel; the result is their results in order.
+
+    Accepts the members as arguments or as one iterable: ``group(a.message(1), a.message(2))`` or
+    ``group(a.message(i) for i in ids)``.
+    """
+    if len(members) == 1 and not isinstance(members[0], Node | dramatiq.Message | dramatiq.Actor):
+        members = tuple(members[0])  # type: ignore[call-overload]
+    return Parallel(_nodes("group", members), kind="group")
+
+
+def map(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:  # noqa: A001
+    """Call ``actor`` once per item, in parallel: ``map(resize, ids)`` is ``group(resize.message(i) ...)``."""
+    if not isinstance(actor, dramatiq.Actor):
+        raise DefinitionError(f"map() takes an actor first, not {actor!r}.")
+    return group(*(actor.message(item) for item in items))
+
+
+def chord(members: object, then: object) -> Chain:
+    """Run ``members`` in parallel, then ``then`` once with the list of all their results.
+
+    ``members`` is a group/fan-out node or an iterable of steps.
+    """
+    header = members if isinstance(members, Parallel) else group(members)
+    return Chain((header, as_node(then)))

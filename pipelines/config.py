@@ -1,0 +1,250 @@
+"""Configuration: ``config.toml`` validated by one pydantic model per concern.
+
+Every key can be overridden by an environment variable ``PIPELINES_<SECTION>__<KEY>`` (for example
+``PIPELINES_BROKER__URL``); top-level keys by ``PIPELINES_<KEY>``. Nothing is read at import: call
+:func:`load_settings` (the CLI and ``actors`` do).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from pipelines.errors import ConfigError
+from pipelines.naming import is_valid_namespace
+
+#: Environment variable naming the config file; the default is ``./config.toml``.
+CONFIG_PATH_ENV = "PIPELINES_CONFIG"
+DEFAULT_CONFIG_PATH = Path("config.toml")
+ENV_PREFIX = "PIPELINES_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_url(url: str, schemes: tuple[str, ...]) -> str:
+    scheme = urlsplit(url).scheme
+    if scheme not in schemes:
+        raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}")
+    return url
+
+
+class AppConfig(_Section):
+    """What the CLI and workers import."""
+
+    actors: str = "actors"
+    pipelines: str = "pipelines.examples:PIPELINES"
+
+
+class TlsConfig(_Section):
+    """TLS for ``amqps://`` beyond the system's certificate authorities."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    server_hostname: str | None = None
+
+
+class BrokerConfig(_Section):
+    """RabbitMQ: connection, queue arguments and limits."""
+
+    url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    queue_type: Literal["quorum", "classic"] = "quorum"
+    confirm_delivery: bool = True
+    heartbeat_s: int = Field(default=30, ge=0, le=600)
+    connection_attempts: int = Field(default=3, ge=1, le=100)
+    retry_delay_s: float = Field(default=1.0, ge=0, le=60)
+    blocked_connection_timeout_s: float = Field(default=60.0, gt=0)
+    prefetch: int = Field(default=0, ge=0, le=65535)
+    max_message_bytes: int = Field(default=1_048_576, gt=0, le=134_217_728)
+    delivery_limit: int = Field(default=20, ge=1)
+    delay_tiers_s: tuple[float, ...] = (0.1, 1.0, 5.0, 30.0, 300.0, 1800.0, 7200.0, 21600.0)
+    consumer_timeout_s: int = Field(default=1800, ge=60)
+    tls: TlsConfig = TlsConfig()
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, url: str) -> str:
+        return _check_url(url, ("amqp", "amqps", "memory"))
+
+    @field_validator("delay_tiers_s")
+    @classmethod
+    def _tiers_ascending(cls, tiers: tuple[float, ...]) -> tuple[float, ...]:
+        if not tiers or list(tiers) != sorted(set(tiers)) or tiers[0] < 0.01:
+            raise ValueError("expected a non-empty list of distinct delays in seconds, ascending, each >= 0.01")
+        return tiers
+
+    @property
+    def is_memory(self) -> bool:
+        return self.url.startswith("memory://")
+
+
+class StoreConfig(_Section):
+    """The run store: runs, step states, chord barriers, idempotency records."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    retention_s: int = Field(default=7 * 86400, ge=60)
+    max_result_bytes: int = Field(default=1_048_576, gt=0)
+    step_lease_s: float = Field(default=660.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, url: str) -> str:
+        return _check_url(url, ("redis", "rediss", "memory"))
+
+    @property
+    def is_memory(self) -> bool:
+        return self.url.startswith("memory://")
+
+
+class RetriesConfig(_Section):
+    """Default retry policy of every actor (an actor's own options win)."""
+
+    max_retries: int = Field(default=5, ge=0)
+    min_backoff_s: float = Field(default=1.0, gt=0)
+    max_backoff_s: float = Field(default=300.0, gt=0)
+
+
+class WorkerConfig(_Section):
+    """Defaults for work done by actors."""
+
+    time_limit_s: float = Field(default=600.0, gt=0)
+
+
+class TelemetryConfig(_Section):
+    """OpenTelemetry export (read by the tracing middleware)."""
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318"
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: str = "rabbit-pipelines"
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+
+
+class MetricsConfig(_Section):
+    """Prometheus exposition (read by the metrics middleware)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=9191, ge=1, le=65535)
+
+
+class Settings(BaseSettings):
+    """The whole configuration, one section per concern."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    namespace: str = "pipelines"
+    app: AppConfig = AppConfig()
+    broker: BrokerConfig = BrokerConfig()
+    store: StoreConfig = StoreConfig()
+    retries: RetriesConfig = RetriesConfig()
+    worker: WorkerConfig = WorkerConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    metrics: MetricsConfig = MetricsConfig()
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_word(cls, namespace: str) -> str:
+        if not is_valid_namespace(namespace):
+            raise ValueError("expected a lower-case word of letters, digits, '_' or '-' (at most 63), such as 'prod'")
+        return namespace
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's values come in as init arguments; the environment overrides them.
+        return (env_settings, init_settings)
+
+    def masked(self) -> dict[str, Any]:
+        """The effective configuration with every credential replaced by ``***``."""
+        data = self.model_dump(mode="json")
+        data["broker"]["url"] = mask_url(self.broker.url)
+        data["store"]["url"] = mask_url(self.store.url)
+        return data
+
+    def with_overrides(self, **sections: Mapping[str, Any]) -> Settings:
+        """A copy with some section keys replaced, validated like the file."""
+        data = self.model_dump()
+        for section, values in sections.items():
+            if isinstance(data.get(section), dict):
+                data[section] = {**data[section], **values}
+            else:
+                data[section] = values
+        return _validated(data, source="overrides", use_env=False)
+
+
+def mask_url(url: str) -> str:
+    """Hide the password of a URL so it can be printed and logged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Read and validate the configuration.
+
+    Args:
+        path: The TOML file; defaults to ``$PIPELINES_CONFIG`` or ``./config.toml``. A missing
+            default file means "all defaults"; a missing explicit file is an error.
+
+    Raises:
+        ConfigError: One message naming the key, the bad value and the expected form.
+    """
+    explicit = path is not None or CONFIG_PATH_ENV in os.environ
+    file = Path(path if path is not None else os.environ.get(CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH))
+    data: dict[str, Any] = {}
+    if file.exists():
+        try:
+            data = tomllib.loads(file.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{file} is not valid TOML: {e}.") from None
+    elif explicit:
+        raise ConfigError(f"Config file {file} does not exist. Pass an existing file or unset {CONFIG_PATH_ENV}.")
+    return _validated(data, source=str(file), use_env=True)
+
+
+def _validated(data: dict[str, Any], *, source: str, use_env: bool) -> Settings:
+    try:
+        if use_env:
+            return Settings(**data)
+        return Settings.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, source)) from None
+
+
+def _explain(error: ValidationError, source: str) -> str:
+    first = error.errors()[0]
+    location = [str(part) for part in first["loc"]]
+    key = ".".join(location)
+    env_name = ENV_PREFIX + "__".join(part.upper() for part in location)
+    value = first.get("input")
+    if isinstance(value, str) and "://" in value:
+        value = mask_url(value)
+    problem = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        return f"Invalid configuration: unknown key {key!r} (in {source} or {env_name}). Check its spelling."
+    more = f" ({len(error.errors()) - 1} more problem(s) after this one)" if len(error.errors()) > 1 else ""
+    return (
+        f"Invalid configuration: {key} = {value!r} (from {source} or {env_name}): {problem}.{more}"
+    )

@@ -1,0 +1,62 @@
+"""Turning what a queue received into the message its actor runs.
+
+A queue belongs to exactly one actor, so a body shared by several queues (a fan-out, an event) is
+resolved per queue: the actor is the queue's, the arguments are the branch's own followed by the
+shared input. Each copy gets its own deterministic message id, so a redelivery keeps its id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+
+from pipelines import options as opt
+
+
+class UnresolvableMessage(ValueError):
+    """A message that does not fit the queue it arrived on; the message says why."""
+
+
+def resolve(message: dramatiq.Message[Any], *, actor_name: str, queue_name: str) -> dramatiq.Message[Any]:
+    """The message ``actor_name`` (on Dramatiq queue ``queue_name``) should process.
+
+    Raises:
+        UnresolvableMessage: When a fan-out body has no branch for this actor, or a direct message
+            names another actor.
+    """
+    if message.actor_name:
+        if message.actor_name != actor_name:
+            raise UnresolvableMessage(
+                f"message for actor {message.actor_name!r} arrived on the queue of {actor_name!r}"
+            )
+        if message.queue_name == queue_name:
+            return message
+        return message.copy(queue_name=queue_name)
+    branches = message.options.get(opt.BRANCHES)
+    if branches is not None:
+        branch = branches.get(actor_name)
+        if branch is None:
+            raise UnresolvableMessage(f"fan-out message has no branch for actor {actor_name!r}")
+        options = {key: value for key, value in message.options.items() if key != opt.BRANCHES}
+        options.update(branch.get("options", {}))
+        return dramatiq.Message(
+            queue_name=queue_name,
+            actor_name=actor_name,
+            args=(*branch.get("args", ()), *message.args),
+            kwargs={**branch.get("kwargs", {}), **message.kwargs},
+            options=options,
+            message_id=f"{message.message_id}.{actor_name}",
+            message_timestamp=message.message_timestamp,
+        )
+    if opt.EVENT_TOPIC in message.options:
+        return dramatiq.Message(
+            queue_name=queue_name,
+            actor_name=actor_name,
+            args=message.args,
+            kwargs=message.kwargs,
+            options=dict(message.options),
+            message_id=f"{message.message_id}.{actor_name}",
+            message_timestamp=message.message_timestamp,
+        )
+    raise UnresolvableMessage("message names no actor, branches or event topic")

@@ -1,0 +1,96 @@
+"""Every error rabbit-pipelines raises on purpose, under one root.
+
+    PipelinesError
+    ├── ConfigError            config.toml or a PIPELINES_* variable is invalid
+    ├── DefinitionError        a pipeline or actor cannot be built as written
+    │   ├── UnknownActor       a step names an actor nobody declared
+    │   └── UnknownPipeline    `run NAME` names no registered pipeline
+    ├── ServiceUnavailable     a service does not answer
+    │   ├── BrokerUnavailable  RabbitMQ
+    │   └── StoreUnavailable   the run store (Redis)
+    ├── PublishError           RabbitMQ did not take a message
+    │   ├── Unroutable         no queue is bound for its routing key
+    │   └── MessageTooLarge    its body is over broker.max_message_bytes
+    ├── ResultTooLarge         a step returned more than store.max_result_bytes
+    └── RunError               waiting on a run did not give a result
+        ├── RunNotFound        no such run (never started, or past its retention)
+        ├── RunTimeout         it did not finish in time
+        ├── RunFailed          it failed; `.error` and `.step` say where
+        └── RunCancelled       it was cancelled
+"""
+
+from __future__ import annotations
+
+
+class PipelinesError(Exception):
+    """Root of every error raised on purpose by this package."""
+
+
+class ConfigError(PipelinesError):
+    """The configuration is invalid; the message names the key, the value and the expected form."""
+
+
+class DefinitionError(PipelinesError):
+    """A pipeline, step or actor cannot be built as written."""
+
+
+class UnknownActor(DefinitionError):
+    """A step names an actor that is not declared on the broker."""
+
+
+class UnknownPipeline(DefinitionError):
+    """No pipeline is registered under the requested name."""
+
+
+class ServiceUnavailable(PipelinesError):
+    """A service the framework needs does not answer."""
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    """RabbitMQ does not answer (or dropped the connection and did not come back)."""
+
+
+class StoreUnavailable(ServiceUnavailable):
+    """The run store does not answer."""
+
+
+class PublishError(PipelinesError):
+    """RabbitMQ did not accept a message."""
+
+
+class Unroutable(PublishError):
+    """RabbitMQ returned the message: no queue is bound for its routing key."""
+
+
+class MessageTooLarge(PublishError):
+    """The encoded message is larger than ``broker.max_message_bytes``."""
+
+
+class ResultTooLarge(PipelinesError):
+    """A step returned a result larger than ``store.max_result_bytes``."""
+
+
+class RunError(PipelinesError):
+    """Waiting on a run did not produce a result."""
+
+
+class RunNotFound(RunError):
+    """No run with this id exists (never started, or past its retention)."""
+
+
+class RunTimeout(RunError):
+    """The run did not finish within the time given to ``wait``."""
+
+
+class RunFailed(RunError):
+    """The run failed; ``step`` and ``error`` say which step and why."""
+
+    def __init__(self, run_id: str, step: str | None, error: str | None) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.error = error
+        super().__init__(f"run {run_id} failed at step {step}: {error}")
+
+
+class RunCancelled(RunError):
+    """The run was cancelled before it finished."""

@@ -1,0 +1,91 @@
+"""Names of everything declared in RabbitMQ and written to the run store.
+
+Pure functions of the namespace, so two environments (or two test runs) never share a queue, an
+exchange or a key, and an operator can predict every name from ``config.toml``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_TOPIC_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+_PATTERN_WORD_RE = re.compile(r"[A-Za-z0-9_-]+|\*|#")
+#: AMQP 0-9-1 limit on routing keys and queue names, in bytes.
+MAX_NAME_BYTES = 255
+
+
+def is_valid_namespace(namespace: str) -> bool:
+    """Namespaces are lower-case words: they prefix queue names and Redis keys."""
+    return _NAMESPACE_RE.fullmatch(namespace) is not None
+
+
+def is_valid_actor_name(actor_name: str) -> bool:
+    """Actor names are single routing-key words (no dots): bindings match them word by word."""
+    return _WORD_RE.fullmatch(actor_name) is not None
+
+
+def is_valid_topic(topic: str) -> bool:
+    """Event topics are dot-separated words, such as ``order.placed``."""
+    return len(topic.encode()) <= MAX_NAME_BYTES and _TOPIC_RE.fullmatch(topic) is not None
+
+
+def is_valid_topic_pattern(pattern: str) -> bool:
+    """Subscription patterns are topics whose words may be ``*`` (one word) or ``#`` (any)."""
+    return all(_PATTERN_WORD_RE.fullmatch(word) for word in pattern.split("."))
+
+
+def work_exchange(namespace: str) -> str:
+    """Topic exchange that carries actor and pipeline messages; every actor queue is bound to it."""
+    return f"{namespace}.work"
+
+
+def events_exchange(namespace: str) -> str:
+    """Topic exchange for domain events; subscribing actors bind their queue with a pattern."""
+    return f"{namespace}.events"
+
+
+def dead_letter_exchange(namespace: str) -> str:
+    """Direct exchange that routes rejected messages to their queue's dead-letter queue."""
+    return f"{namespace}.dead"
+
+
+def delay_exchange(namespace: str) -> str:
+    """Headers exchange that routes delayed messages to the delay queue of their tier."""
+    return f"{namespace}.delay"
+
+
+def actor_queue(namespace: str, queue_name: str, actor_name: str) -> str:
+    """One queue per actor, so the work exchange can copy one message to several actors."""
+    return f"{namespace}.{queue_name}.{actor_name}"
+
+
+def dead_letter_queue(queue: str) -> str:
+    """Where a queue's rejected messages wait for inspection and replay."""
+    return f"{queue}.dead"
+
+
+def delay_queue(namespace: str, tier_ms: int) -> str:
+    """A delay tier: messages wait ``tier_ms`` here, then dead-letter back to the work exchange."""
+    return f"{namespace}.delay.{tier_ms}ms"
+
+
+def actor_binding_key(actor_name: str) -> str:
+    """Binding of an actor queue to the work exchange: any routing key that contains its name."""
+    return f"#.{actor_name}.#"
+
+
+def routing_key_for(actor_names: list[str]) -> str:
+    """Routing key that the work exchange copies to each of these actors' queues."""
+    return ".".join(sorted(set(actor_names)))
+
+
+def run_key(namespace: str, run_id: str) -> str:
+    """Run-store key of a run's record; the run's other keys extend it."""
+    return f"{namespace}:run:{run_id}"
+
+
+def run_idempotency_key(namespace: str, key: str) -> str:
+    """Run-store key that maps a caller's idempotency key to the run it started."""
+    return f"{namespace}:run-key:{key}"

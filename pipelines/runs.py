@@ -1,0 +1,73 @@
+"""The handle a caller gets back when a run starts: follow it, wait for it, cancel it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
+from pipelines.store.base import RunStatus, RunStore
+
+
+class Run:
+    """A pipeline run, by id. Cheap to create: every call reads the run store."""
+
+    def __init__(self, run_id: str, *, store: RunStore, created: bool = True) -> None:
+        self.id = run_id
+        self.created = created
+        """False when an idempotency key returned an existing run."""
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"Run({self.id!r})"
+
+    def status(self) -> RunStatus:
+        """The run's state, its steps' states and timings.
+
+        Raises:
+            RunNotFound: No such run, or it is past its retention.
+        """
+        status = self._store.get_run(self.id)
+        if status is None:
+            raise RunNotFound(f"No run {self.id} in the run store (never started, or past store.retention_s).")
+        return status
+
+    def wait(
+        self, timeout_s: float | None = None, *, on_change: Callable[[RunStatus], None] | None = None
+    ) -> RunStatus:
+        """Block until the run ends (succeeded, failed or cancelled) and return its status.
+
+        Args:
+            timeout_s: Seconds to wait at most; None waits as long as it takes.
+            on_change: Called with the latest status as steps change (for progress displays).
+
+        Raises:
+            RunTimeout: Still running after ``timeout_s``.
+            RunNotFound: No such run.
+        """
+        status = self._store.wait_run(self.id, timeout_s, on_change)
+        if status is None:
+            raise RunNotFound(f"No run {self.id} in the run store (never started, or past store.retention_s).")
+        if not status.is_final:
+            done = status.count("succeeded")
+            raise RunTimeout(f"Run {self.id} is still {status.state} after {timeout_s} s ({done}/{len(status.steps)} steps done).")
+        return status
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        """Wait for the run and return its result.
+
+        Raises:
+            RunFailed: It failed (``.step`` and ``.error`` say where and why).
+            RunCancelled: It was cancelled.
+            RunTimeout, RunNotFound: As for :meth:`wait`.
+        """
+        status = self.wait(timeout_s)
+        if status.state == "failed":
+            raise RunFailed(self.id, status.failed_step, status.error)
+        if status.state == "cancelled":
+            raise RunCancelled(f"Run {self.id} was cancelled.")
+        return status.result
+
+    def cancel(self) -> bool:
+        """Cancel the run: steps that have not started never run. False if it had already ended."""
+        return self._store.cancel_run(self.id)

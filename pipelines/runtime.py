@@ -1,0 +1,219 @@
+"""Starting runs and advancing them as steps end.
+
+The producer side (:meth:`Runtime.start`) compiles the pipeline, records the run and publishes its
+first steps. The worker side (called by the ``PipelineSteps`` middleware) claims a step before it
+runs, and when it ends records the result and publishes what follows, with one store round trip for
+the claim and one for the decision (barrier and next step together), and one confirmed publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+import orjson
+
+from pipelines import options as opt
+from pipelines.broker import PipelineBroker
+from pipelines.codec import decode_value, encode_value
+from pipelines.composition import Node
+from pipelines.errors import PipelinesError, ResultTooLarge, UnknownActor
+from pipelines.naming import MAX_NAME_BYTES
+from pipelines.plan import Frame, Leaf, compile_plan
+from pipelines.store.base import Advance, Claim, NewRun, RunStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StepAddress:
+    """Where a step message belongs: its run, its step id and its ancestors (see ``pipelines.plan``)."""
+
+    run_id: str
+    node: str
+    up: tuple[Frame, ...]
+
+    def to_option(self) -> dict[str, Any]:
+        return {"run": self.run_id, "node": self.node, "up": [f.to_json() for f in self.up]}
+
+    @classmethod
+    def of(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:
+        """The address in a message's options, or None for a message that is not a pipeline step."""
+        data = message.options.get(opt.STEP)
+        if data is None:
+            return None
+        return cls(str(data["run"]), str(data["node"]), tuple(Frame.from_json(f) for f in data["up"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """What every step started together receives after its own bound arguments."""
+
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] | None = None
+
+
+def step_messages(
+    leaves: Sequence[Leaf], *, run_id: str, pipeline: str, given: StepInput
+) -> list[dramatiq.Message[Any]]:
+    """The messages that start ``leaves``: leaves of different actors share one fan-out message.
+
+    A queue receives one copy of a publish, so two leaves of the same actor (a ``map``) need two
+    messages; leaves of different actors are packed into as few messages as routing-key length allows.
+    """
+    bins: list[list[Leaf]] = []
+    key_bytes: list[int] = []
+    next_bin: dict[str, int] = {}
+    for leaf in leaves:
+        size = len(leaf.actor_name.encode()) + 1
+        index = next_bin.get(leaf.actor_name, 0)
+        while index < len(bins) and key_bytes[index] + size > MAX_NAME_BYTES + 1:
+            index += 1
+        if index == len(bins):
+            bins.append([])
+            key_bytes.append(0)
+        bins[index].append(leaf)
+        key_bytes[index] += size
+        next_bin[leaf.actor_name] = index + 1
+    return [_message(group, run_id, pipeline, given) for group in bins]
+
+
+def _step_options(leaf: Leaf, run_id: str) -> dict[str, Any]:
+    return {**leaf.options, opt.STEP: StepAddress(run_id, leaf.node, leaf.up).to_option()}
+
+
+def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -> dramatiq.Message[Any]:
+    shared_kwargs = dict(given.kwargs or {})
+    if len(leaves) == 1:
+        leaf = leaves[0]
+        ignore = leaf.options.get(opt.PIPE_IGNORE)
+        return dramatiq.Message(
+            queue_name=leaf.queue_name,
+            actor_name=leaf.actor_name,
+            args=leaf.args if ignore else (*leaf.args, *given.args),
+            kwargs=dict(leaf.kwargs) if ignore else {**leaf.kwargs, **shared_kwargs},
+            options={**_step_options(leaf, run_id), opt.PIPELINE: pipeline},
+        )
+    branches = {
+        leaf.actor_name: {"args": list(leaf.args), "kwargs": dict(leaf.kwargs), "options": _step_options(leaf, run_id)}
+        for leaf in leaves
+    }
+    return dramatiq.Message(
+        queue_name="",
+        actor_name="",
+        args=given.args,
+        kwargs=shared_kwargs,
+        options={opt.BRANCHES: branches, opt.PIPELINE: pipeline},
+    )
+
+
+class Runtime:
+    """Starts runs and advances them; holds no state of its own beyond the store."""
+
+    def __init__(self, *, store: RunStore, lease_s: float, max_result_bytes: int) -> None:
+        self.store = store
+        self.lease_ms = int(lease_s * 1000)
+        self.max_result_bytes = max_result_bytes
+
+    # -- producer side --------------------------------------------------------------------------
+
+    def start(
+        self,
+        broker: PipelineBroker,
+        node: Node,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[str, bool]:
+        """Record a run of ``node`` and publish its first steps.
+
+        Returns:
+            (run id, created): ``created`` is False when ``idempotency_key`` already started a run.
+
+        Raises:
+            UnknownActor: A step names an actor the broker does not know.
+            DefinitionError: Arguments that are not JSON.
+            PublishError, BrokerUnavailable, StoreUnavailable: The run could not start (if it was
+                recorded, it is marked failed with the reason).
+        """
+        plan = compile_plan(node)
+        unknown = sorted({leaf.actor_name for leaf in plan.leaves} - set(broker.actors))
+        if unknown:
+            raise UnknownActor(
+                f"Unknown actor(s) {', '.join(map(repr, unknown))}: no such actor is declared on this broker. "
+                "Import the module that defines them before starting the pipeline."
+            )
+        run_id = uuid.uuid4().hex
+        pipeline = name or "adhoc"
+        messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
+        record = NewRun(
+            run_id=run_id,
+            pipeline=pipeline,
+            steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
+            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()},
+            entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
+            idempotency_key=idempotency_key,
+        )
+        run_id, created = self.store.create_run(record)
+        if not created:
+            return run_id, False
+        try:
+            broker.enqueue_many(messages)
+        except PipelinesError as e:
+            self.store.fail_run(run_id, f"{type(e).__name__}: {e}")
+            raise
+        return run_id, True
+
+    # -- worker side ----------------------------------------------------------------------------
+
+    def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:
+        """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.)"""
+        attempt = int(message.options.get("retries", 0)) + 1
+        return self.store.claim_step(address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms)
+
+    def complete(
+        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
+    ) -> Advance:
+        """Record a step's result and publish what follows it.
+
+        Raises:
+            ResultTooLarge: The result is over ``store.max_result_bytes`` (nothing is recorded).
+        """
+        value = encode_value(result)
+        if len(value) > self.max_result_bytes:
+            raise ResultTooLarge(
+                f"Step {address.node} ({message.actor_name}) returned {len(value)} bytes, over "
+                f"store.max_result_bytes = {self.max_result_bytes}. Return an id or a URL, not the data."
+            )
+        advance = self.store.complete_step(address.run_id, address.node, address.up, value)
+        self._follow(broker, message, address, advance)
+        return advance
+
+    def redrive(
+        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress
+    ) -> Advance:
+        """Publish again what follows a step that already succeeded, if it never started."""
+        advance = self.store.complete_step(address.run_id, address.node, address.up, None)
+        self._follow(broker, message, address, advance)
+        return advance
+
+    def _follow(
+        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, advance: Advance
+    ) -> None:
+        if advance.kind != "start":
+            return
+        assert advance.leaves_json is not None and advance.value_json is not None
+        leaves = [Leaf.from_json(data) for data in orjson.loads(advance.leaves_json)]
+        given = StepInput((decode_value(advance.value_json),))
+        pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+        broker.enqueue_many(step_messages(leaves, run_id=address.run_id, pipeline=pipeline, given=given))
+
+    def fail(self, address: StepAddress, error: BaseException, *, final: bool) -> None:
+        """Record a failed attempt; a final one fails the run with ``error`` recorded."""
+        self.store.fail_step(address.run_id, address.node, f"{type(error).__name__}: {error}", final=final)

@@ -1,0 +1,174 @@
+"""The run store's interface: everything a run needs that must outlive a message.
+
+Two implementations keep the same semantics: :class:`~pipelines.store.redis.RedisRunStore` (one
+atomic script per operation, pub/sub for waiting) and :class:`~pipelines.store.memory.MemoryRunStore`
+(a lock and a condition variable). The interface is narrow on purpose so a durable SQL store can
+follow.
+
+Step states: ``pending`` → ``running`` → ``succeeded`` | ``retrying`` (→ ``running``) | ``failed``;
+``skipped`` when the run ended before the step started. Run states: ``pending`` → ``running`` →
+``succeeded`` | ``failed`` | ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from pipelines.plan import Frame
+
+RunState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+StepState = Literal["pending", "running", "retrying", "succeeded", "failed", "skipped"]
+FINAL_RUN_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What starting a run writes, in one atomic operation."""
+
+    run_id: str
+    pipeline: str
+    steps: Sequence[tuple[str, str]]
+    """(step id, actor name) for every step, in plan order."""
+    starts: Mapping[str, str]
+    """Chain continuations: step id → JSON list of the leaves that start there."""
+    entries: Mapping[str, Sequence[str]]
+    """Chain continuations: step id → ids of those leaves."""
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """One step of a run: its id (path in the pipeline), actor, state, attempts and timings."""
+
+    node: str
+    actor: str
+    state: StepState
+    attempts: int = 0
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run as the store last saw it; times are epoch milliseconds."""
+
+    run_id: str
+    pipeline: str
+    state: RunState
+    created_at_ms: int
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    result_json: str | None = None
+    error: str | None = None
+    failed_step: str | None = None
+    steps: tuple[StepStatus, ...] = field(default_factory=tuple)
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_RUN_STATES
+
+    @property
+    def result(self) -> Any:
+        """The run's result (None until it succeeded)."""
+        return orjson.loads(self.result_json) if self.result_json is not None else None
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from creation to the end (or to now, while it runs)."""
+        end = self.finished_at_ms or int(time.time() * 1000)
+        return (end - self.created_at_ms) / 1000
+
+    def count(self, state: StepState) -> int:
+        """How many steps are in ``state``."""
+        return sum(1 for step in self.steps if step.state == state)
+
+
+ClaimKind = Literal["run", "done", "stopped", "busy", "missing"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Whether a worker may run a step now.
+
+    ``run``: go ahead (``attempt`` counts from 1). ``done``: it already succeeded; re-drive what
+    follows it. ``stopped``: the run ended; drop the message. ``busy``: another worker holds it for
+    ``wait_ms`` more. ``missing``: no such run or step (past retention, or never started).
+    """
+
+    kind: ClaimKind
+    attempt: int = 0
+    wait_ms: int = 0
+    run_state: str | None = None
+
+
+AdvanceKind = Literal["start", "waiting", "done", "duplicate", "stopped", "missing"]
+
+
+@dataclass(frozen=True)
+class Advance:
+    """What follows a finished step.
+
+    ``start``: publish ``leaves_json`` (the steps of ``node``) with ``value_json`` as their input.
+    ``waiting``: a parallel barrier still waits on other members. ``done``: the run succeeded with
+    ``value_json``. ``duplicate``/``stopped``/``missing``: nothing to do.
+    """
+
+    kind: AdvanceKind
+    node: str | None = None
+    value_json: str | None = None
+    leaves_json: str | None = None
+
+
+class RunStore(Protocol):
+    """Run records, step states, chord barriers and idempotency keys, each with a retention TTL."""
+
+    def create_run(self, run: NewRun) -> tuple[str, bool]:
+        """Record a new run; returns (run id, created). An existing idempotency key returns its run."""
+
+    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
+        """Mark a step running under a lease, unless it must not run now (see :class:`Claim`).
+
+        ``attempt`` is the message's own attempt number (1 + Dramatiq's retries): a newer attempt of a
+        step still marked running is the retry of that step, not a duplicate.
+        """
+
+    def complete_step(
+        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None
+    ) -> Advance:
+        """Record a step's result and decide what follows, atomically.
+
+        ``value_json=None`` re-drives a step that already succeeded: the continuation is returned again
+        only if it never started, so a lost publish is repaired and a duplicate does nothing.
+        """
+
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> None:
+        """Record a failed attempt; a final failure fails the run (the first one wins)."""
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        """Fail a run that could not be started (its first publish failed)."""
+
+    def cancel_run(self, run_id: str) -> bool:
+        """Cancel a run that has not finished; steps not started yet never run. False if it had ended."""
+
+    def get_run(self, run_id: str) -> RunStatus | None:
+        """The run and every step, or None if unknown or past retention."""
+
+    def wait_run(
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_change: Callable[[RunStatus], None] | None = None,
+    ) -> RunStatus | None:
+        """Block until the run ends or ``timeout_s`` passes (no polling); returns the latest snapshot."""
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable if the store does not answer."""
+
+    def close(self) -> None:
+        """Release connections."""

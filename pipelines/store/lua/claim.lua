@@ -1,0 +1,33 @@
+-- Claim a step for this worker under a lease, unless it must not run now.
+-- KEYS[1] run key; ARGV: step id, lease_ms, the message's attempt number
+-- (a newer attempt than the one holding the lease is that attempt's retry, not a duplicate)
+-- Returns {'run', attempt} | {'done'} | {'stopped', run_status} | {'busy', wait_ms} | {'missing'}
+local run = KEYS[1]
+local status = redis.call('HGET', run, 'status')
+if not status then return {'missing'} end
+local raw = redis.call('HGET', run .. ':steps', ARGV[1])
+if not raw then return {'missing'} end
+local step = cjson.decode(raw)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if status ~= 'pending' and status ~= 'running' then
+  if step.s == 'pending' or step.s == 'retrying' then
+    step.s = 'skipped'
+    redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
+  end
+  return {'stopped', status}
+end
+if step.s == 'succeeded' then return {'done'} end
+if step.s == 'running' and step.l and step.l > now and (step.n or 0) >= tonumber(ARGV[3]) then
+  return {'busy', step.l - now}
+end
+step.s = 'running'
+step.n = (step.n or 0) + 1
+step.t0 = step.t0 or now
+step.l = now + tonumber(ARGV[2])
+redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
+if status == 'pending' then
+  redis.call('HSET', run, 'status', 'running', 'started_at', now)
+end
+redis.call('PUBLISH', run, 'step')
+return {'run', step.n}

@@ -1,0 +1,82 @@
+-- Record a step's result and decide what follows, in one atomic step.
+-- KEYS[1] run key; ARGV: step id, value json ('' to re-drive), frames json, retention_ms
+-- Frames are the step's ancestors, nearest first: {kind ('c' chain | 'p' parallel), id, index, count}.
+-- Returns {'start', step id, value, leaves json} | {'waiting'} | {'done', value} | {'duplicate'}
+--       | {'stopped', run_status} | {'missing'}
+local run = KEYS[1]
+local node = ARGV[1]
+local ttl = tonumber(ARGV[4])
+local status = redis.call('HGET', run, 'status')
+if not status then return {'missing'} end
+local raw = redis.call('HGET', run .. ':steps', node)
+if not raw then return {'missing'} end
+local step = cjson.decode(raw)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local redrive = step.s == 'succeeded'
+if not redrive then
+  if ARGV[2] == '' then return {'missing'} end
+  step.s = 'succeeded'
+  step.t1 = now
+  step.l = nil
+  step.e = nil
+  redis.call('HSET', run .. ':steps', node, cjson.encode(step))
+  redis.call('PUBLISH', run, 'step')
+end
+if status ~= 'pending' and status ~= 'running' then return {'stopped', status} end
+
+local frames = cjson.decode(ARGV[3])
+local value = ARGV[2]
+local first = frames[1]
+if redrive then
+  if first and first[1] == 'p' then
+    value = redis.call('HGET', run .. ':bar:' .. first[2], tostring(first[3]))
+  else
+    value = redis.call('HGET', run .. ':results', node)
+  end
+  if not value then return {'duplicate'} end
+elseif not first or first[1] == 'c' then
+  redis.call('HSET', run .. ':results', node, value)
+  redis.call('PEXPIRE', run .. ':results', ttl)
+end
+
+-- A continuation is handed out again on re-drive only while none of its steps has started.
+local function already_started(child)
+  local ids = redis.call('HGET', run .. ':entries', child)
+  if not ids then return false end
+  for id in string.gmatch(ids, '%S+') do
+    local entry = redis.call('HGET', run .. ':steps', id)
+    if entry and cjson.decode(entry).s == 'pending' then return false end
+  end
+  return true
+end
+
+for _, frame in ipairs(frames) do
+  local kind, parent, index, count = frame[1], frame[2], frame[3], frame[4]
+  if kind == 'c' then
+    if index < count - 1 then
+      local child = parent .. '.' .. (index + 1)
+      if redrive and already_started(child) then return {'duplicate'} end
+      return {'start', child, value, redis.call('HGET', run .. ':starts', child)}
+    end
+  else
+    local barrier = run .. ':bar:' .. parent
+    if redis.call('HSETNX', barrier, index, value) == 1 then
+      redis.call('PEXPIRE', barrier, ttl)
+    elseif not redrive then
+      return {'duplicate'}
+    end
+    if redis.call('HLEN', barrier) < count then return {'waiting'} end
+    local flat = redis.call('HGETALL', barrier)
+    local ordered = {}
+    for j = 1, #flat, 2 do ordered[tonumber(flat[j]) + 1] = flat[j + 1] end
+    value = '[' .. table.concat(ordered, ',') .. ']'
+  end
+end
+
+redis.call('HSET', run, 'status', 'succeeded', 'result', value, 'finished_at', now)
+redis.call('PUBLISH', run, 'succeeded')
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+  redis.call('PEXPIRE', key, ttl)
+end
+return {'done', value}

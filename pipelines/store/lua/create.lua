@@ -1,0 +1,29 @@
+-- Create a run, or return the run an idempotency key already started.
+-- KEYS[1] run key, KEYS[2] idempotency key ('' for none)
+-- ARGV: run_id, pipeline, retention_ms, idempotency_key, n_steps, n_starts,
+--       then n_steps pairs (step id, step json), then n_starts triples (step id, leaves json, entry ids)
+local run = KEYS[1]
+local ttl = tonumber(ARGV[3])
+if KEYS[2] ~= '' then
+  local existing = redis.call('GET', KEYS[2])
+  if existing then return {0, existing} end
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', run, 'id', ARGV[1], 'pipeline', ARGV[2], 'status', 'pending', 'created_at', now,
+  'idempotency_key', ARGV[4])
+local i = 7
+for _ = 1, tonumber(ARGV[5]) do
+  redis.call('HSET', run .. ':steps', ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, tonumber(ARGV[6]) do
+  redis.call('HSET', run .. ':starts', ARGV[i], ARGV[i + 1])
+  redis.call('HSET', run .. ':entries', ARGV[i], ARGV[i + 2])
+  i = i + 3
+end
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries'}) do
+  redis.call('PEXPIRE', key, ttl)
+end
+return {1, ARGV[1]}

@@ -1,0 +1,28 @@
+-- Record a failed attempt of a step; a final failure fails the run (the first one wins).
+-- KEYS[1] run key; ARGV: step id, error text, final ('1' | '0'), retention_ms
+local run = KEYS[1]
+local status = redis.call('HGET', run, 'status')
+if not status then return 0 end
+local raw = redis.call('HGET', run .. ':steps', ARGV[1])
+if not raw then return 0 end
+local step = cjson.decode(raw)
+if step.s == 'succeeded' then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+step.e = ARGV[2]
+step.l = nil
+if ARGV[3] == '1' then
+  step.s = 'failed'
+  step.t1 = now
+else
+  step.s = 'retrying'
+end
+redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
+if ARGV[3] == '1' and (status == 'pending' or status == 'running') then
+  redis.call('HSET', run, 'status', 'failed', 'error', ARGV[2], 'failed_step', ARGV[1], 'finished_at', now)
+  for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+    redis.call('PEXPIRE', key, tonumber(ARGV[4]))
+  end
+end
+redis.call('PUBLISH', run, step.s)
+return 1

@@ -1,0 +1,268 @@
+"""Run store in process memory, for the embedded mode and unit tests.
+
+It keeps exactly the semantics of the Redis scripts (see ``pipelines/store/lua``), under one lock, and
+wakes waiters with a condition variable instead of pub/sub.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pipelines.plan import Frame
+from pipelines.store.base import (
+    FINAL_RUN_STATES,
+    Advance,
+    Claim,
+    NewRun,
+    RunStatus,
+    RunState,
+    StepStatus,
+    StepState,
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Step:
+    actor: str
+    state: StepState = "pending"
+    attempts: int = 0
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    lease_until_ms: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Run:
+    run_id: str
+    pipeline: str
+    expires_at_ms: int
+    steps: dict[str, _Step]
+    starts: dict[str, str]
+    entries: dict[str, Sequence[str]]
+    state: RunState = "pending"
+    created_at_ms: int = field(default_factory=_now_ms)
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    result_json: str | None = None
+    error: str | None = None
+    failed_step: str | None = None
+    results: dict[str, str] = field(default_factory=dict)
+    barriers: dict[str, dict[int, str]] = field(default_factory=dict)
+
+
+class MemoryRunStore:
+    """A :class:`~pipelines.store.base.RunStore` in this process's memory."""
+
+    def __init__(self, *, retention_s: int) -> None:
+        self._retention_ms = retention_s * 1000
+        self._runs: dict[str, _Run] = {}
+        self._keys: dict[str, str] = {}
+        self._changed = threading.Condition()
+
+    def _live(self, run_id: str) -> _Run | None:
+        run = self._runs.get(run_id)
+        if run is not None and run.expires_at_ms <= _now_ms():
+            del self._runs[run_id]
+            return None
+        return run
+
+    def _touch(self, run: _Run) -> None:
+        run.expires_at_ms = _now_ms() + self._retention_ms
+        self._changed.notify_all()
+
+    def create_run(self, run: NewRun) -> tuple[str, bool]:
+        with self._changed:
+            if run.idempotency_key is not None:
+                existing = self._keys.get(run.idempotency_key)
+                if existing is not None and self._live(existing) is not None:
+                    return existing, False
+                self._keys[run.idempotency_key] = run.run_id
+            self._runs[run.run_id] = _Run(
+                run_id=run.run_id,
+                pipeline=run.pipeline,
+                expires_at_ms=_now_ms() + self._retention_ms,
+                steps={node: _Step(actor) for node, actor in run.steps},
+                starts=dict(run.starts),
+                entries=dict(run.entries),
+            )
+            return run.run_id, True
+
+    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
+        with self._changed:
+            run = self._live(run_id)
+            step = run.steps.get(node) if run else None
+            if run is None or step is None:
+                return Claim("missing")
+            now = _now_ms()
+            if run.state not in ("pending", "running"):
+                if step.state in ("pending", "retrying"):
+                    step.state = "skipped"
+                return Claim("stopped", run_state=run.state)
+            if step.state == "succeeded":
+                return Claim("done")
+            held = step.state == "running" and step.lease_until_ms and step.lease_until_ms > now
+            if held and step.attempts >= attempt:
+                return Claim("busy", wait_ms=step.lease_until_ms - now)
+            step.state = "running"
+            step.attempts += 1
+            step.started_at_ms = step.started_at_ms or now
+            step.lease_until_ms = now + lease_ms
+            if run.state == "pending":
+                run.state, run.started_at_ms = "running", now
+            self._changed.notify_all()
+            return Claim("run", attempt=step.attempts)
+
+    def complete_step(self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None) -> Advance:
+        with self._changed:
+            run = self._live(run_id)
+            step = run.steps.get(node) if run else None
+            if run is None or step is None:
+                return Advance("missing")
+            return self._advance(run, node, step, up, value_json)
+
+    def _advance(  # noqa: PLR0911, PLR0912 - one branch per outcome, kept in the order of complete.lua
+        self, run: _Run, node: str, step: _Step, up: Sequence[Frame], value_json: str | None
+    ) -> Advance:
+        redrive = step.state == "succeeded"
+        if not redrive:
+            if value_json is None:
+                return Advance("missing")
+            step.state, step.finished_at_ms, step.lease_until_ms, step.error = "succeeded", _now_ms(), None, None
+            self._changed.notify_all()
+        if run.state not in ("pending", "running"):
+            return Advance("stopped")
+        first = up[0] if up else None
+        value: str | None = value_json
+        if redrive:
+            if first is not None and first.kind == "p":
+                value = run.barriers.get(first.node, {}).get(first.index)
+            else:
+                value = run.results.get(node)
+            if value is None:
+                return Advance("duplicate")
+        elif first is None or first.kind == "c":
+            run.results[node] = value  # type: ignore[assignment]
+        assert value is not None
+        for frame in up:
+            if frame.kind == "c":
+                if frame.index < frame.count - 1:
+                    child = f"{frame.node}.{frame.index + 1}"
+                    if redrive and self._started(run, child):
+                        return Advance("duplicate")
+                    return Advance("start", node=child, value_json=value, leaves_json=run.starts.get(child, "[]"))
+                continue
+            barrier = run.barriers.setdefault(frame.node, {})
+            if frame.index not in barrier:
+                barrier[frame.index] = value
+            elif not redrive:
+                return Advance("duplicate")
+            if len(barrier) < frame.count:
+                return Advance("waiting")
+            value = "[" + ",".join(barrier[i] for i in range(frame.count)) + "]"
+        run.state, run.result_json, run.finished_at_ms = "succeeded", value, _now_ms()
+        self._touch(run)
+        return Advance("done", value_json=value)
+
+    @staticmethod
+    def _started(run: _Run, child: str) -> bool:
+        return all(run.steps[node].state != "pending" for node in run.entries.get(child, ()))
+
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> None:
+        with self._changed:
+            run = self._live(run_id)
+            step = run.steps.get(node) if run else None
+            if run is None or step is None or step.state == "succeeded":
+                return
+            step.error, step.lease_until_ms = error, None
+            if final:
+                step.state, step.finished_at_ms = "failed", _now_ms()
+                if run.state in ("pending", "running"):
+                    run.state, run.error, run.failed_step, run.finished_at_ms = "failed", error, node, _now_ms()
+                    self._touch(run)
+            else:
+                step.state = "retrying"
+            self._changed.notify_all()
+
+    def _finish(self, run_id: str, state: RunState, error: str | None) -> bool:
+        with self._changed:
+            run = self._live(run_id)
+            if run is None or run.state not in ("pending", "running"):
+                return False
+            run.state, run.finished_at_ms = state, _now_ms()
+            if error:
+                run.error = error
+            self._touch(run)
+            return True
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        self._finish(run_id, "failed", error)
+
+    def cancel_run(self, run_id: str) -> bool:
+        return self._finish(run_id, "cancelled", None)
+
+    def get_run(self, run_id: str) -> RunStatus | None:
+        with self._changed:
+            run = self._live(run_id)
+            return _snapshot(run) if run else None
+
+    def wait_run(
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_change: Callable[[RunStatus], None] | None = None,
+    ) -> RunStatus | None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                run = self._live(run_id)
+                if run is None or run.state in FINAL_RUN_STATES:
+                    break
+                if on_change is not None:
+                    on_change(_snapshot(run))
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return _snapshot(run) if run else None
+
+    def ping(self) -> None:
+        """Always answers."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _snapshot(run: _Run) -> RunStatus:
+    steps = tuple(
+        StepStatus(
+            node=node,
+            actor=s.actor,
+            state=s.state,
+            attempts=s.attempts,
+            started_at_ms=s.started_at_ms,
+            finished_at_ms=s.finished_at_ms,
+            error=s.error,
+        )
+        for node, s in run.steps.items()
+    )
+    fields: dict[str, Any] = {
+        "run_id": run.run_id,
+        "pipeline": run.pipeline,
+        "state": run.state,
+        "created_at_ms": run.created_at_ms,
+        "started_at_ms": run.started_at_ms,
+        "finished_at_ms": run.finished_at_ms,
+        "result_json": run.result_json,
+        "error": run.error,
+        "failed_step": run.failed_step,
+    }
+    return replace(RunStatus(**fields), steps=steps)

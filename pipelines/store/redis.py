@@ -1,0 +1,239 @@
+"""Run store on Redis: one Lua script per operation, so every decision is atomic and costs one round trip.
+
+Keys (all under ``<namespace>:run:<id>``, all with the retention TTL): the run hash, ``:steps``
+(step id → JSON state), ``:starts``/``:entries`` (chain continuations), ``:results`` (results of
+steps that feed a chain) and ``:bar:<id>`` (one hash per parallel node: member index → result). State
+changes are published on the run key's channel, which is how ``wait`` blocks without polling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, cast
+
+import orjson
+import redis
+
+from pipelines.config import mask_url
+from pipelines.errors import StoreUnavailable
+from pipelines.naming import run_idempotency_key, run_key
+from pipelines.plan import Frame
+from pipelines.store.base import (
+    FINAL_RUN_STATES,
+    Advance,
+    Claim,
+    NewRun,
+    RunStatus,
+    RunState,
+    StepStatus,
+    StepState,
+)
+
+#: Seconds to wait for Redis to answer before reporting it unavailable.
+SOCKET_TIMEOUT_S = 5.0
+#: Fastest rate at which ``wait_run`` hands changes to its ``on_change`` callback.
+CHANGE_CALLBACK_INTERVAL_S = 0.2
+#: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
+LIVENESS_CHECK_S = 30.0
+
+
+def _script(name: str) -> str:
+    return resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisRunStore:
+    """A :class:`~pipelines.store.base.RunStore` on Redis."""
+
+    def __init__(self, *, url: str, namespace: str, retention_s: int) -> None:
+        self._url = url
+        self._namespace = namespace
+        self._retention_ms = retention_s * 1000
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, health_check_interval=30
+        )
+        self._create = self._redis.register_script(_script("create"))
+        self._claim = self._redis.register_script(_script("claim"))
+        self._complete = self._redis.register_script(_script("complete"))
+        self._fail = self._redis.register_script(_script("fail"))
+        self._finish = self._redis.register_script(_script("finish"))
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise StoreUnavailable(
+                f"Redis at {mask_url(self._url)} does not answer ({e}). Is it running? "
+                "Try `docker compose up -d redis`, or set store.url in config.toml."
+            ) from None
+
+    def _key(self, run_id: str) -> str:
+        return run_key(self._namespace, run_id)
+
+    def create_run(self, run: NewRun) -> tuple[str, bool]:
+        idem = run_idempotency_key(self._namespace, run.idempotency_key) if run.idempotency_key else ""
+        args: list[Any] = [
+            run.run_id,
+            run.pipeline,
+            self._retention_ms,
+            run.idempotency_key or "",
+            len(run.steps),
+            len(run.starts),
+        ]
+        for node, actor in run.steps:
+            args += [node, orjson.dumps({"a": actor, "s": "pending"})]
+        for node, leaves in run.starts.items():
+            args += [node, leaves, " ".join(run.entries[node])]
+        with self._answering():
+            created, run_id = cast(list[Any], self._create(keys=[self._key(run.run_id), idem], args=args))
+        return _text(run_id), bool(created)
+
+    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
+        with self._answering():
+            reply = cast(list[Any], self._claim(keys=[self._key(run_id)], args=[node, lease_ms, attempt]))
+        kind = _text(reply[0])
+        if kind == "run":
+            return Claim("run", attempt=int(reply[1]))
+        if kind == "busy":
+            return Claim("busy", wait_ms=int(reply[1]))
+        if kind == "stopped":
+            return Claim("stopped", run_state=_text(reply[1]))
+        return Claim(cast(Any, kind))
+
+    def complete_step(self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None) -> Advance:
+        frames = orjson.dumps([f.to_json() for f in up])
+        with self._answering():
+            reply = cast(
+                list[Any],
+                self._complete(keys=[self._key(run_id)], args=[node, value_json or "", frames, self._retention_ms]),
+            )
+        kind = _text(reply[0])
+        if kind == "start":
+            leaves = _text(reply[3]) if reply[3] is not None else "[]"
+            return Advance("start", node=_text(reply[1]), value_json=_text(reply[2]), leaves_json=leaves)
+        if kind == "done":
+            return Advance("done", value_json=_text(reply[1]))
+        return Advance(cast(Any, kind))
+
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> None:
+        with self._answering():
+            self._fail(keys=[self._key(run_id)], args=[node, error, "1" if final else "0", self._retention_ms])
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        with self._answering():
+            self._finish(keys=[self._key(run_id)], args=["failed", error, self._retention_ms])
+
+    def cancel_run(self, run_id: str) -> bool:
+        with self._answering():
+            return bool(self._finish(keys=[self._key(run_id)], args=["cancelled", "", self._retention_ms]))
+
+    def get_run(self, run_id: str) -> RunStatus | None:
+        key = self._key(run_id)
+        with self._answering():
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hgetall(key)
+            pipe.hgetall(key + ":steps")
+            record, steps = cast(list[dict[bytes, bytes]], pipe.execute())
+        if not record:
+            return None
+        return _snapshot(record, steps)
+
+    def _state(self, run_id: str) -> str | None:
+        with self._answering():
+            state = self._redis.hget(self._key(run_id), "status")
+        return _text(state) if state is not None else None
+
+    def wait_run(
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_change: Callable[[RunStatus], None] | None = None,
+    ) -> RunStatus | None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._answering():
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                # Subscribe before reading, so a change between the two is not missed.
+                pubsub.subscribe(self._key(run_id))
+                last_callback = 0.0
+                while True:
+                    if on_change is None:
+                        state = self._state(run_id)
+                        if state is None or state in FINAL_RUN_STATES:
+                            break
+                    else:
+                        snapshot = self.get_run(run_id)
+                        if snapshot is None or snapshot.is_final:
+                            break
+                        if time.monotonic() - last_callback >= CHANGE_CALLBACK_INTERVAL_S:
+                            on_change(snapshot)
+                            last_callback = time.monotonic()
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        break
+                    # A bound on the wait only guards against a silently dropped subscription.
+                    pubsub.get_message(timeout=min(remaining, LIVENESS_CHECK_S) if remaining else LIVENESS_CHECK_S)
+            finally:
+                pubsub.close()
+        return self.get_run(run_id)
+
+    def ping(self) -> None:
+        with self._answering():
+            self._redis.ping()
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def delete_namespace(self) -> int:
+        """Delete every key of this store's namespace (tests and `pipelines` maintenance)."""
+        deleted = 0
+        with self._answering():
+            for key in self._redis.scan_iter(match=f"{self._namespace}:*", count=1000):
+                deleted += int(self._redis.delete(key))
+        return deleted
+
+
+def _int(record: dict[bytes, bytes], name: str) -> int | None:
+    value = record.get(name.encode())
+    return int(value) if value not in (None, b"") else None
+
+
+def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatus:
+    def field(name: str) -> str | None:
+        value = record.get(name.encode())
+        return value.decode() if value not in (None, b"") else None
+
+    step_list = []
+    for node, raw in steps.items():
+        data = orjson.loads(raw)
+        step_list.append(
+            StepStatus(
+                node=node.decode(),
+                actor=data["a"],
+                state=cast(StepState, data["s"]),
+                attempts=int(data.get("n", 0)),
+                started_at_ms=data.get("t0"),
+                finished_at_ms=data.get("t1"),
+                error=data.get("e"),
+            )
+        )
+    step_list.sort(key=lambda s: [int(part) for part in s.node.split(".")])
+    return RunStatus(
+        run_id=field("id") or "",
+        pipeline=field("pipeline") or "",
+        state=cast(RunState, field("status")),
+        created_at_ms=_int(record, "created_at") or 0,
+        started_at_ms=_int(record, "started_at"),
+        finished_at_ms=_int(record, "finished_at"),
+        result_json=field("result"),
+        error=field("error"),
+        failed_step=field("failed_step"),
+        steps=tuple(step_list),
+    )

@@ -1,0 +1,127 @@
+"""What a namespace declares in RabbitMQ, as plain data.
+
+Per namespace: a topic exchange for actor and pipeline traffic (``<ns>.work``), a topic exchange for
+domain events (``<ns>.events``), a direct dead-letter exchange (``<ns>.dead``) and a headers exchange
+for delays (``<ns>.delay``). Per actor: its queue, bound to the work exchange by its name and to the
+events exchange by its subscriptions, and the queue's dead-letter queue. Per delay tier: a queue whose
+messages expire after the tier's delay and dead-letter back to the work exchange with their routing
+key. The RabbitMQ broker declares exactly this; the memory broker routes by the same bindings;
+``pipelines topology`` prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipelines import naming
+
+#: Header that selects a delay tier on the delay exchange.
+DELAY_TIER_HEADER = "delay-tier-ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    name: str
+    type: Literal["topic", "direct", "headers"]
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    name: str
+    arguments: Mapping[str, Any]
+    role: Literal["actor", "dead-letter", "delay"]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    exchange: str
+    queue: str
+    routing_key: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorRoute:
+    """What the topology needs to know about an actor."""
+
+    actor_name: str
+    queue_name: str
+    subscribe: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Topology:
+    namespace: str
+    exchanges: tuple[Exchange, ...]
+    queues: tuple[Queue, ...]
+    bindings: tuple[Binding, ...]
+    actor_queues: Mapping[str, str]
+    """actor name → its RabbitMQ queue."""
+    delay_tiers_ms: tuple[int, ...]
+
+    @property
+    def work_exchange(self) -> str:
+        return naming.work_exchange(self.namespace)
+
+    @property
+    def events_exchange(self) -> str:
+        return naming.events_exchange(self.namespace)
+
+    @property
+    def delay_exchange(self) -> str:
+        return naming.delay_exchange(self.namespace)
+
+    def delay_tier_for(self, remaining_ms: int) -> int:
+        """The longest tier that does not overshoot ``remaining_ms`` (the shortest if all do)."""
+        fitting = [tier for tier in self.delay_tiers_ms if tier <= remaining_ms]
+        return fitting[-1] if fitting else self.delay_tiers_ms[0]
+
+
+def build_topology(
+    namespace: str,
+    actors: Iterable[ActorRoute],
+    *,
+    queue_type: Literal["quorum", "classic"],
+    delivery_limit: int,
+    delay_tiers_ms: Iterable[int],
+) -> Topology:
+    """Every exchange, queue and binding of ``namespace`` for these actors."""
+    work = naming.work_exchange(namespace)
+    events = naming.events_exchange(namespace)
+    dead = naming.dead_letter_exchange(namespace)
+    delay = naming.delay_exchange(namespace)
+    exchanges = (Exchange(work, "topic"), Exchange(events, "topic"), Exchange(dead, "direct"), Exchange(delay, "headers"))
+    queues: list[Queue] = []
+    bindings: list[Binding] = []
+    actor_queues: dict[str, str] = {}
+    for actor in sorted(actors, key=lambda a: a.actor_name):
+        queue = naming.actor_queue(namespace, actor.queue_name, actor.actor_name)
+        dead_queue = naming.dead_letter_queue(queue)
+        actor_queues[actor.actor_name] = queue
+        arguments = {"x-dead-letter-exchange": dead, "x-dead-letter-routing-key": queue}
+        queues.append(Queue(queue, _with_type(arguments, queue_type, delivery_limit), "actor"))
+        queues.append(Queue(dead_queue, _with_type({}, queue_type, None), "dead-letter"))
+        bindings.append(Binding(work, queue, naming.actor_binding_key(actor.actor_name)))
+        bindings.extend(Binding(events, queue, pattern) for pattern in actor.subscribe)
+        bindings.append(Binding(dead, dead_queue, queue))
+    tiers = tuple(sorted(set(delay_tiers_ms)))
+    for tier in tiers:
+        name = naming.delay_queue(namespace, tier)
+        arguments = {"x-message-ttl": tier, "x-dead-letter-exchange": work}
+        queues.append(Queue(name, _with_type(arguments, queue_type, None), "delay"))
+        bindings.append(Binding(delay, name, "", {"x-match": "all", DELAY_TIER_HEADER: tier}))
+    return Topology(namespace, exchanges, tuple(queues), tuple(bindings), actor_queues, tiers)
+
+
+def _with_type(
+    arguments: Mapping[str, Any], queue_type: Literal["quorum", "classic"], delivery_limit: int | None
+) -> dict[str, Any]:
+    result = {"x-queue-type": queue_type, **arguments}
+    if queue_type == "quorum" and "x-dead-letter-exchange" in arguments:
+        # Confirmed dead-lettering, so a message moving to its dead-letter (or back from a delay) is not lost.
+        result |= {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+    if queue_type == "quorum" and delivery_limit is not None:
+        result["x-delivery-limit"] = delivery_limit
+    return result
