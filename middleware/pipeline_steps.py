@@ -9,6 +9,7 @@ in the middleware list, so that its ``after_process_message`` sees whether the f
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from typing import Any
 
@@ -23,12 +24,26 @@ logger = logging.getLogger(__name__)
 #: Delay before a step whose claim could not be checked (store down) is tried again, in ms.
 STORE_DOWN_RETRY_DELAY_MS = 5000
 
+_in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("in_pipeline_step", default=False)
+
+
+class _StepResultWarning(logging.Filter):
+    """Drops Dramatiq's "returned a value ... discarded" warning for pipeline steps: their results are kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_in_step.get() and "returned a value that is not None" in record.getMessage())
+
 
 class PipelineSteps(Middleware):
     """Claims, completes and fails pipeline steps through the runtime (see the module docstring)."""
 
     def __init__(self, *, runtime: Runtime) -> None:
         self.runtime = runtime
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")
+        if not any(isinstance(f, _StepResultWarning) for f in worker_logger.filters):
+            worker_logger.addFilter(_StepResultWarning())
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         address = StepAddress.of(message)
@@ -40,6 +55,7 @@ class PipelineSteps(Middleware):
             self._put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
             raise SkipMessage from None
         if claim.kind == "run":
+            _in_step.set(True)
             return
         if claim.kind == "busy":
             self._put_off(broker, message, claim.wait_ms, "another worker holds its lease")
@@ -81,6 +97,7 @@ class PipelineSteps(Middleware):
         address = StepAddress.of(message)
         if address is None:
             return
+        _in_step.set(False)
         try:
             if exception is not None:
                 self.runtime.fail(address, exception, final=message.failed)

@@ -8,8 +8,9 @@ its broker Dramatiq's broker, which is how actors declared with ``@dramatiq.acto
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,12 +63,14 @@ class App:
     broker: ExchangeBroker | MemoryBroker
     store: RunStore
     runtime: Runtime
-    pipelines: dict[str, Node] = field(default_factory=dict)
+    pipelines: dict[str, Node | Callable[..., Node]] = field(default_factory=dict)
 
-    def register(self, name: str, node: object) -> Node:
-        """Register a pipeline under ``name`` so ``run(name)`` and ``pipelines run NAME`` can start it."""
-        self.pipelines[name] = as_node(node)
-        return self.pipelines[name]
+    def register(self, name: str, pipeline: object) -> None:
+        """Register a pipeline (or a factory that builds one from the run's arguments) under ``name``.
+
+        ``run(name)`` and ``pipelines run NAME`` then start it.
+        """
+        self.pipelines[name] = pipeline if callable(pipeline) and not isinstance(pipeline, Node) else as_node(pipeline)
 
     def start(
         self,
@@ -91,11 +94,22 @@ class App:
             UnknownPipeline: Nothing is registered under ``name``.
         """
         try:
-            node = self.pipelines[name]
+            entry = self.pipelines[name]
         except KeyError:
             known = ", ".join(sorted(self.pipelines)) or "none"
             raise UnknownPipeline(f"No pipeline is registered as {name!r} (registered: {known}).") from None
-        return self.start(node, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
+        if isinstance(entry, Node):
+            return self.start(entry, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
+        try:
+            inspect.signature(entry).bind(*args, **kwargs)
+        except TypeError as e:
+            raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
+        return self.start(entry(*args, **kwargs), idempotency_key=idempotency_key, name=name)
+
+    def run_for_key(self, idempotency_key: str) -> Run | None:
+        """The run an idempotency key started, if it is still retained."""
+        run_id = self.store.run_for_key(idempotency_key)
+        return Run(run_id, store=self.store, created=False) if run_id else None
 
     def get_run(self, run_id: str) -> Run:
         """The handle of an existing run (``status()`` raises RunNotFound if there is none)."""

@@ -67,7 +67,6 @@ class BrokerConfig(_Section):
     max_message_bytes: int = Field(default=1_048_576, gt=0, le=134_217_728)
     delivery_limit: int = Field(default=20, ge=1)
     delay_tiers_s: tuple[float, ...] = (0.1, 1.0, 5.0, 30.0, 300.0, 1800.0, 7200.0, 21600.0)
-    consumer_timeout_s: int = Field(default=1800, ge=60)
     tls: TlsConfig = TlsConfig()
 
     @field_validator("url")
@@ -120,7 +119,7 @@ class WorkerConfig(_Section):
 
 
 class TelemetryConfig(_Section):
-    """OpenTelemetry export (read by the tracing middleware)."""
+    """OpenTelemetry export; reserved for the tracing middleware (validated, not active yet)."""
 
     enabled: bool = False
     endpoint: str = "http://127.0.0.1:4318"
@@ -130,7 +129,7 @@ class TelemetryConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    """Prometheus exposition (read by the metrics middleware)."""
+    """Prometheus exposition; reserved for the metrics middleware (validated, not active yet)."""
 
     enabled: bool = False
     host: str = "127.0.0.1"

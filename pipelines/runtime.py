@@ -8,6 +8,7 @@ the claim and one for the decision (barrier and next step together), and one con
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from pipelines import options as opt
 from pipelines.broker import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
-from pipelines.errors import PipelinesError, ResultTooLarge, UnknownActor
+from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
 from pipelines.plan import Frame, Leaf, compile_plan
 from pipelines.store.base import Advance, Claim, NewRun, RunStore
@@ -111,6 +112,30 @@ def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -
     )
 
 
+def _check_arguments(broker: PipelineBroker, leaves: Sequence[Leaf], given: StepInput) -> None:
+    """Refuse to start a run whose steps would be called with arguments their actor does not take.
+
+    Raises:
+        DefinitionError: Naming the step, the actor and Python's reason.
+    """
+    checked: set[tuple[str, int, frozenset[str]]] = set()
+    for leaf in leaves:
+        ignore = leaf.options.get(opt.PIPE_IGNORE)
+        args = leaf.args if ignore else (*leaf.args, *given.args)
+        kwargs = dict(leaf.kwargs) if ignore else {**leaf.kwargs, **(given.kwargs or {})}
+        shape = (leaf.actor_name, len(args), frozenset(kwargs))
+        if shape in checked:
+            continue
+        checked.add(shape)
+        try:
+            inspect.signature(broker.actors[leaf.actor_name].fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise DefinitionError(
+                f"Arguments do not fit step {leaf.node} ({leaf.actor_name}): {e}. Steps after the first also "
+                "receive the previous result as their last argument (or set pipe_ignore=True)."
+            ) from None
+
+
 class Runtime:
     """Starts runs and advances them; holds no state of its own beyond the store."""
 
@@ -149,6 +174,8 @@ class Runtime:
                 f"Unknown actor(s) {', '.join(map(repr, unknown))}: no such actor is declared on this broker. "
                 "Import the module that defines them before starting the pipeline."
             )
+        _check_arguments(broker, plan.entry, StepInput(args, kwargs))
+        _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
         run_id = uuid.uuid4().hex
         pipeline = name or "adhoc"
         messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))

@@ -1,0 +1,47 @@
+"""The registered example pipelines: what `pipelines run NAME` and the demo start.
+
+A registry entry is either a pipeline (its run's arguments go to the first steps) or a factory that
+builds one from the run's arguments (when the shape depends on them, such as the number of users).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from actors.images import fetch_image, make_thumbnail, publish_gallery
+from actors.notifications import notify_user, summarize_notifications
+from actors.orders import charge_payment, complete_order, reserve_inventory, schedule_shipping, send_order_confirmation
+from actors.reports import build_report, load_shard
+from pipelines.composition import Node, chain, chord, fan_out, group
+
+#: Thumbnail widths, in pixels.
+THUMBNAIL_SIZES = (64, 256, 1024)
+
+
+def notify_users(campaign: str, users: int = 2000) -> Node:
+    """One notification per user (ids 1..users), then one summary with every outcome."""
+    return chord(
+        group(notify_user.message(user_id, campaign) for user_id in range(1, users + 1)),
+        then=summarize_notifications.message(campaign),
+    )
+
+
+def shard_report(day: str, shards: int = 8) -> Node:
+    """Load every shard of ``day`` in parallel, then build the report from all of them."""
+    return chord(group(load_shard.message(shard, day) for shard in range(shards)), then=build_report.message(day))
+
+
+PIPELINES: Mapping[str, Node | Callable[..., Node]] = {
+    "order_fulfilment": chain(
+        charge_payment.message(),
+        fan_out(reserve_inventory.message(), schedule_shipping.message(), send_order_confirmation.message()),
+        complete_order.message(),
+    ),
+    "thumbnails": chain(
+        fetch_image.message(),
+        group(make_thumbnail.message(size) for size in THUMBNAIL_SIZES),
+        publish_gallery.message(),
+    ),
+    "notify_users": notify_users,
+    "shard_report": shard_report,
+}

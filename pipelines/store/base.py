@@ -131,6 +131,9 @@ class RunStore(Protocol):
     def create_run(self, run: NewRun) -> tuple[str, bool]:
         """Record a new run; returns (run id, created). An existing idempotency key returns its run."""
 
+    def run_for_key(self, idempotency_key: str) -> str | None:
+        """The id of the run an idempotency key started, if it is still retained."""
+
     def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
         """Mark a step running under a lease, unless it must not run now (see :class:`Claim`).
 

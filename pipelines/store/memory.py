@@ -96,6 +96,11 @@ class MemoryRunStore:
             )
             return run.run_id, True
 
+    def run_for_key(self, idempotency_key: str) -> str | None:
+        with self._changed:
+            run_id = self._keys.get(idempotency_key)
+            return run_id if run_id is not None and self._live(run_id) is not None else None
+
     def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
         with self._changed:
             run = self._live(run_id)

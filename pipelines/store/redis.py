@@ -95,6 +95,11 @@ class RedisRunStore:
             created, run_id = cast(list[Any], self._create(keys=[self._key(run.run_id), idem], args=args))
         return _text(run_id), bool(created)
 
+    def run_for_key(self, idempotency_key: str) -> str | None:
+        with self._answering():
+            run_id = self._redis.get(run_idempotency_key(self._namespace, idempotency_key))
+        return _text(run_id) if run_id is not None else None
+
     def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
         with self._answering():
             reply = cast(list[Any], self._claim(keys=[self._key(run_id)], args=[node, lease_ms, attempt]))

@@ -1,0 +1,44 @@
+# Every way to run anything in this repository. `make help` lists the targets.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: help install demo test lint format all services bench clean
+
+help:
+	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
+	@echo "make test      run the whole test suite against the real RabbitMQ and Redis"
+	@echo "make lint      ruff and mypy --strict"
+	@echo "make all       lint and test"
+	@echo "make services  make sure RabbitMQ and Redis answer (start them when installed)"
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	$(BIN)/pipelines demo
+
+services:
+	scripts/ensure-services
+
+test: install services
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+all: lint test
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

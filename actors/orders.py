@@ -1,0 +1,71 @@
+"""Order fulfilment: charge, then inventory, shipping and the confirmation e-mail at once.
+
+``order.placed`` events start the fulfilment pipeline (one run per order, whatever the number of
+times the event arrives); every ``order.*`` event is audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import dramatiq
+
+import pipelines
+
+logger = logging.getLogger(__name__)
+
+
+def _reference(prefix: str, *parts: object) -> str:
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:10]
+    return f"{prefix}_{digest}"
+
+
+@dramatiq.actor(queue_name="orders")
+def charge_payment(order_id: int, total: float) -> dict[str, Any]:
+    """Charge the customer for an order; the payment feeds every later step."""
+    if total <= 0:
+        raise ValueError(f"order {order_id} has a non-positive total {total}")
+    return {"order_id": order_id, "amount": round(total, 2), "payment_id": _reference("pay", order_id, total)}
+
+
+@dramatiq.actor(queue_name="orders")
+def reserve_inventory(payment: dict[str, Any]) -> dict[str, Any]:
+    """Hold the order's items in the warehouse."""
+    return {"reservation_id": _reference("res", payment["order_id"])}
+
+
+@dramatiq.actor(queue_name="orders")
+def schedule_shipping(payment: dict[str, Any]) -> dict[str, Any]:
+    """Book a carrier pick-up for the order."""
+    return {"tracking_id": _reference("trk", payment["order_id"])}
+
+
+@dramatiq.actor(queue_name="emails")
+def send_order_confirmation(payment: dict[str, Any]) -> dict[str, Any]:
+    """E-mail the customer the payment and order summary."""
+    return {"email_id": _reference("mail", payment["order_id"], payment["payment_id"])}
+
+
+@dramatiq.actor(queue_name="orders")
+def complete_order(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge the reservation, the shipment and the e-mail into the order's final record."""
+    record: dict[str, Any] = {"status": "fulfilled"}
+    for outcome in outcomes:
+        record.update(outcome)
+    return record
+
+
+@dramatiq.actor(queue_name="orders", subscribe=["order.placed"])
+def start_fulfilment(order: dict[str, Any]) -> None:
+    """Start the fulfilment pipeline for a placed order, once per order id."""
+    pipelines.current_app().run(
+        "order_fulfilment", idempotency_key=f"order-{order['order_id']}", order_id=order["order_id"], total=order["total"]
+    )
+
+
+@dramatiq.actor(queue_name="audit", subscribe=["order.*"])
+def audit_order_event(event: dict[str, Any]) -> None:
+    """Keep a trail of every order event."""
+    logger.info("order event: %s", event)

@@ -1,0 +1,236 @@
+"""The ``pipelines`` command: start and follow runs, publish events, inspect queues and topology.
+
+Every command reads ``config.toml`` (or ``--config``/``$PIPELINES_CONFIG``) and the ``PIPELINES_*``
+variables. Errors are one line on stderr and a non-zero exit status: 2 for usage and configuration,
+1 for everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from pipelines.app import App, configure
+from pipelines.config import Settings, load_settings, mask_url
+from pipelines.errors import ConfigError, PipelinesError, RunTimeout
+from pipelines.store.base import RunStatus
+
+#: Steps listed one per line by `status`; longer runs are summarised by state.
+MAX_LISTED_STEPS = 40
+
+
+def _parse_arg(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (KEY a Python identifier)")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pipelines",
+        description="Run and inspect rabbit-pipelines pipelines on RabbitMQ (or the embedded broker).",
+    )
+    parser.add_argument("--config", metavar="PATH", help="config file (default: $PIPELINES_CONFIG or ./config.toml)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="start a registered pipeline", description="Start a registered pipeline.")
+    run.add_argument("name", help="the registered pipeline's name (see `pipelines topology`)")
+    run.add_argument(
+        "--arg", dest="args", action="append", type=_parse_arg, default=[], metavar="KEY=VALUE",
+        help="a keyword argument of the run; VALUE is JSON when it parses as JSON (repeatable)",
+    )
+    run.add_argument("--idempotency-key", help="a second start with the same key returns the first run")
+    run.add_argument("--wait", action="store_true", help="wait for the run to end, showing progress")
+    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="give up waiting after this long")
+
+    status = commands.add_parser("status", help="show a run and its steps", description="Show a run and its steps.")
+    status.add_argument("run_id")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+
+    cancel = commands.add_parser("cancel", help="cancel a run", description="Cancel a run; steps not started never run.")
+    cancel.add_argument("run_id")
+
+    publish = commands.add_parser(
+        "publish", help="publish a domain event", description="Publish an event to every subscribed actor."
+    )
+    publish.add_argument("topic", help="dot-separated words, such as order.placed")
+    publish.add_argument("payload", help="the event's JSON payload")
+
+    commands.add_parser("topology", help="show exchanges, queues, bindings and pipelines")
+    commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
+    commands.add_parser("config", help="print the effective configuration, secrets masked")
+    demo = commands.add_parser("demo", help="run the example pipelines end to end")
+    demo.add_argument("--embedded", action="store_true", help="use the in-memory broker and store even if services answer")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        if args.command == "config":
+            print(json.dumps(settings.masked(), indent=2))
+            return 0
+        if args.command == "demo":
+            from pipelines.demo import run_demo
+
+            return run_demo(settings, embedded=args.embedded)
+        app = configure(settings)
+        app.load_modules()
+        return _COMMANDS[args.command](app, args)
+    except ConfigError as e:
+        print(f"pipelines: {e}", file=sys.stderr)
+        return 2
+    except PipelinesError as e:
+        print(f"pipelines: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(app: App, args: argparse.Namespace) -> int:
+    run = app.run(args.name, idempotency_key=args.idempotency_key, **dict(args.args))
+    print(run.id if run.created else f"{run.id} (already started with this idempotency key)")
+    if not args.wait:
+        return 0
+    progress = _Progress()
+    try:
+        status = run.wait(args.timeout, on_change=progress.show)
+    except RunTimeout as e:
+        progress.clear()
+        print(f"pipelines: {e}", file=sys.stderr)
+        return 1
+    progress.clear()
+    _print_status(status)
+    return 0 if status.state == "succeeded" else 1
+
+
+class _Progress:
+    """One self-rewriting line on a terminal's stderr while a run is awaited."""
+
+    def __init__(self) -> None:
+        self.active = sys.stderr.isatty()
+
+    def show(self, status: RunStatus) -> None:
+        if not self.active:
+            return
+        done, total = status.count("succeeded"), len(status.steps)
+        filled = int(30 * done / total) if total else 0
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} steps, {status.state}  ")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.active:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def _status(app: App, args: argparse.Namespace) -> int:
+    status = app.get_run(args.run_id).status()
+    if args.json:
+        print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _print_status(status)
+    return 0
+
+
+def format_status(status: RunStatus) -> str:
+    """A run's status for people: header, steps (or counts by state for long runs), result or error."""
+    duration = f"{status.duration_s:.3f} s" if status.duration_s is not None else "-"
+    lines = [f"run {status.run_id}  {status.pipeline}  {status.state}  {duration}"]
+    if len(status.steps) <= MAX_LISTED_STEPS:
+        for step in status.steps:
+            took = (
+                f"{(step.finished_at_ms - step.started_at_ms) / 1000:.3f} s"
+                if step.started_at_ms and step.finished_at_ms
+                else ""
+            )
+            attempts = f"  attempts={step.attempts}" if step.attempts > 1 else ""
+            error = f"  {step.error}" if step.error else ""
+            lines.append(f"  {step.node:<10} {step.actor:<28} {step.state:<10} {took:>9}{attempts}{error}")
+    else:
+        counts = {state: status.count(state) for state in ("succeeded", "running", "retrying", "pending", "failed", "skipped")}
+        summary = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+        lines.append(f"  {len(status.steps)} steps: {summary}")
+    if status.state == "succeeded":
+        lines.append(f"  result: {status.result_json}")
+    elif status.error:
+        lines.append(f"  error at step {status.failed_step}: {status.error}")
+    return "\n".join(lines)
+
+
+def _print_status(status: RunStatus) -> None:
+    print(format_status(status))
+
+
+def _cancel(app: App, args: argparse.Namespace) -> int:
+    run = app.get_run(args.run_id)
+    if run.cancel():
+        print(f"{run.id} cancelled")
+        return 0
+    print(f"{run.id} had already ended ({run.status().state}); nothing to cancel")
+    return 1
+
+
+def _publish(app: App, args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"The payload is not JSON ({e}). Quote it: '{{\"order_id\": 1}}'.") from None
+    print(app.publish(args.topic, payload))
+    return 0
+
+
+def _topology(app: App, args: argparse.Namespace) -> int:
+    topology = app.broker.topology
+    print(f"namespace {topology.namespace} on {mask_url(app.settings.broker.url)}")
+    print("exchanges:")
+    for exchange in topology.exchanges:
+        print(f"  {exchange.name:<40} {exchange.type}")
+    print("queues:")
+    for queue in topology.queues:
+        kind = queue.arguments.get("x-queue-type", "")
+        print(f"  {queue.name:<48} {queue.role:<12} {kind}")
+    print("bindings:")
+    for binding in topology.bindings:
+        key = binding.routing_key or ", ".join(f"{k}={v}" for k, v in binding.arguments.items())
+        print(f"  {binding.exchange:<24} -> {binding.queue:<48} {key}")
+    print("pipelines:")
+    for name in sorted(app.pipelines):
+        print(f"  {name}")
+    return 0
+
+
+def _queues(app: App, args: argparse.Namespace) -> int:
+    depth = getattr(app.broker, "queue_depth", None)
+    if depth is None:
+        print("the embedded broker keeps no queues between processes")
+        return 0
+    for queue in app.broker.topology.queues:
+        count = depth(queue.name)
+        print(f"  {queue.name:<48} {queue.role:<12} {'missing' if count is None else count:>8}")
+    return 0
+
+
+_COMMANDS = {
+    "run": _run,
+    "status": _status,
+    "cancel": _cancel,
+    "publish": _publish,
+    "topology": _topology,
+    "queues": _queues,
+}
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
