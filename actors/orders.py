@@ -61,7 +61,10 @@ def complete_order(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
 def start_fulfilment(order: dict[str, Any]) -> None:
     """Start the fulfilment pipeline for a placed order, once per order id."""
     pipelines.current_app().run(
-        "order_fulfilment", idempotency_key=f"order-{order['order_id']}", order_id=order["order_id"], total=order["total"]
+        "order_fulfilment",
+        idempotency_key=f"order-{order['order_id']}",
+        order_id=order["order_id"],
+        total=order["total"],
     )
 
 

@@ -64,7 +64,9 @@ class PipelineSteps(Middleware):
         elif claim.kind == "missing":
             logger.error(
                 "Step %s of run %s is not in the run store (expired or never created); dead-lettering %s.",
-                address.node, address.run_id, message.message_id,
+                address.node,
+                address.run_id,
+                message.message_id,
             )
             message.fail()
         else:
@@ -110,7 +112,11 @@ class PipelineSteps(Middleware):
             message.fail()
 
     def _complete(
-        self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        result: Any,
     ) -> None:
         try:
             self.runtime.complete(broker, message, address, result)  # type: ignore[arg-type]

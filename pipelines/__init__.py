@@ -1,15 +1,15 @@
 """rabbit-pipelines: background jobs and event pipelines on Dramatiq and RabbitMQ exchanges.
 
-    import dramatiq
-    import pipelines
+import dramatiq
+import pipelines
 
-    app = pipelines.configure()          # reads config.toml; its broker becomes Dramatiq's
+app = pipelines.configure()          # reads config.toml; its broker becomes Dramatiq's
 
-    @dramatiq.actor
-    def charge(order_id): ...
+@dramatiq.actor
+def charge(order_id): ...
 
-    run = pipelines.chain(charge.message(), pipelines.fan_out(ship.message(), email.message())).run(42)
-    run.result(timeout_s=30)
+run = pipelines.chain(charge.message(), pipelines.fan_out(ship.message(), email.message())).run(42)
+run.result(timeout_s=30)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.app import App, build_app, configure, current_app
-from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, group, map
+from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, group, map, step
 from pipelines.config import Settings, load_settings
 from pipelines.errors import (
     BrokerUnavailable,
@@ -78,6 +78,7 @@ __all__ = [
     "load_settings",
     "map",
     "publish",
+    "step",
 ]
 
 

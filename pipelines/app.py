@@ -154,7 +154,9 @@ def _import(path: str, key: str) -> Any:
 def build_app(settings: Settings) -> App:
     """A new app from ``settings``; nothing connects until the first publish, consume or store call."""
     store = make_store(settings.store, namespace=settings.namespace)
-    runtime = Runtime(store=store, lease_s=settings.store.step_lease_s, max_result_bytes=settings.store.max_result_bytes)
+    runtime = Runtime(
+        store=store, lease_s=settings.store.step_lease_s, max_result_bytes=settings.store.max_result_bytes
+    )
     broker = make_broker(settings.broker, namespace=settings.namespace, middleware=build_middleware(settings, runtime))
     return App(settings=settings, broker=broker, store=store, runtime=runtime)
 
@@ -171,7 +173,7 @@ def configure(settings: Settings | None = None) -> App:
     Raises:
         ConfigError: The configuration is invalid, or a different one was configured already.
     """
-    global _current
+    global _current  # noqa: PLW0603 - the process's app is the one deliberate global, like Dramatiq's broker
     with _lock:
         if _current is not None:
             if settings is not None and settings != _current.settings:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from pipelines.app import App, configure
-from pipelines.config import Settings, load_settings, mask_url
+from pipelines.config import load_settings, mask_url
 from pipelines.errors import ConfigError, PipelinesError, RunTimeout
 from pipelines.store.base import RunStatus
 
@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="start a registered pipeline", description="Start a registered pipeline.")
     run.add_argument("name", help="the registered pipeline's name (see `pipelines topology`)")
     run.add_argument(
-        "--arg", dest="args", action="append", type=_parse_arg, default=[], metavar="KEY=VALUE",
+        "--arg",
+        dest="args",
+        action="append",
+        type=_parse_arg,
+        default=[],
+        metavar="KEY=VALUE",
         help="a keyword argument of the run; VALUE is JSON when it parses as JSON (repeatable)",
     )
     run.add_argument("--idempotency-key", help="a second start with the same key returns the first run")
@@ -56,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("run_id")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
-    cancel = commands.add_parser("cancel", help="cancel a run", description="Cancel a run; steps not started never run.")
+    cancel = commands.add_parser(
+        "cancel", help="cancel a run", description="Cancel a run; steps not started never run."
+    )
     cancel.add_argument("run_id")
 
     publish = commands.add_parser(
@@ -69,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
     demo = commands.add_parser("demo", help="run the example pipelines end to end")
-    demo.add_argument("--embedded", action="store_true", help="use the in-memory broker and store even if services answer")
+    demo.add_argument(
+        "--embedded", action="store_true", help="use the in-memory broker and store even if services answer"
+    )
     return parser
 
 
@@ -157,7 +166,9 @@ def format_status(status: RunStatus) -> str:
             error = f"  {step.error}" if step.error else ""
             lines.append(f"  {step.node:<10} {step.actor:<28} {step.state:<10} {took:>9}{attempts}{error}")
     else:
-        counts = {state: status.count(state) for state in ("succeeded", "running", "retrying", "pending", "failed", "skipped")}
+        counts = {
+            state: status.count(state) for state in ("succeeded", "running", "retrying", "pending", "failed", "skipped")
+        }
         summary = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
         lines.append(f"  {len(status.steps)} steps: {summary}")
     if status.state == "succeeded":
@@ -228,8 +239,6 @@ _COMMANDS = {
     "topology": _topology,
     "queues": _queues,
 }
-
-
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ A pipeline is a tree of three node kinds: a :class:`Step` (one actor call), a :c
 one after another, each receiving the previous result) and a :class:`Parallel` (children at the same
 time, their results collected in order). Everything else is a way to build those trees:
 
-    chain(a.message(), fan_out(b.message(), c.message()), d.message())   # d gets [b_result, c_result]
-    chord(map(resize, image_ids), then=publish_album.message())
+    chain(a, fan_out(b, c), d)                       # d gets [b_result, c_result]
+    chord(map(resize, image_ids), then=step(publish_album, album_id))
 
 The tree is data: starting it compiles a plan (``pipelines.plan``) that the run store keeps, and
 messages carry only their own step and arguments.
@@ -24,9 +24,6 @@ from pipelines.errors import DefinitionError
 if TYPE_CHECKING:
     from pipelines.app import App
     from pipelines.runs import Run
-
-#: Anything accepted where a pipeline node is expected.
-NodeLike = "Node | dramatiq.Message[Any] | dramatiq.Actor[Any, Any]"
 
 
 @dataclass(frozen=True)
@@ -114,6 +111,17 @@ def as_node(value: object) -> Node:
     )
 
 
+def step(actor: dramatiq.Actor[Any, Any], *args: Any, **kwargs: Any) -> Step:
+    """A step calling ``actor`` with these arguments first; the run adds the previous result after them.
+
+    Unlike ``actor.message(...)``, it does not ask for every argument up front, so type checkers accept
+    the partial call: ``step(make_thumbnail, 256)`` becomes ``make_thumbnail(256, image)``.
+    """
+    if not isinstance(actor, dramatiq.Actor):
+        raise DefinitionError(f"step() takes an actor first, not {actor!r}.")
+    return Step(actor_name=actor.actor_name, queue_name=actor.queue_name, args=args, kwargs=kwargs)
+
+
 def _nodes(what: str, values: Iterable[object]) -> tuple[Node, ...]:
     nodes = tuple(as_node(v) for v in values)
     if not nodes:
@@ -144,16 +152,19 @@ def group(*members: object) -> Parallel:
     Accepts the members as arguments or as one iterable: ``group(a.message(1), a.message(2))`` or
     ``group(a.message(i) for i in ids)``.
     """
-    if len(members) == 1 and not isinstance(members[0], Node | dramatiq.Message | dramatiq.Actor):
-        members = tuple(members[0])  # type: ignore[call-overload]
+    only = members[0] if len(members) == 1 else None
+    if only is not None and not isinstance(only, Node | dramatiq.Message | dramatiq.Actor):
+        if not isinstance(only, Iterable):
+            raise DefinitionError(f"group() takes steps or one iterable of steps, not {only!r}.")
+        members = tuple(only)
     return Parallel(_nodes("group", members), kind="group")
 
 
-def map(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:  # noqa: A001
+def map(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:
     """Call ``actor`` once per item, in parallel: ``map(resize, ids)`` is ``group(resize.message(i) ...)``."""
     if not isinstance(actor, dramatiq.Actor):
         raise DefinitionError(f"map() takes an actor first, not {actor!r}.")
-    return group(*(actor.message(item) for item in items))
+    return group(*(step(actor, item) for item in items))
 
 
 def chord(members: object, then: object) -> Chain:

@@ -139,9 +139,7 @@ class MetricsConfig(_Section):
 class Settings(BaseSettings):
     """The whole configuration, one section per concern."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
 
     namespace: str = "pipelines"
     app: AppConfig = AppConfig()
@@ -244,6 +242,4 @@ def _explain(error: ValidationError, source: str) -> str:
     if first["type"] == "extra_forbidden":
         return f"Invalid configuration: unknown key {key!r} (in {source} or {env_name}). Check its spelling."
     more = f" ({len(error.errors()) - 1} more problem(s) after this one)" if len(error.errors()) > 1 else ""
-    return (
-        f"Invalid configuration: {key} = {value!r} (from {source} or {env_name}): {problem}.{more}"
-    )
+    return f"Invalid configuration: {key} = {value!r} (from {source} or {env_name}): {problem}.{more}"

@@ -9,11 +9,13 @@ from __future__ import annotations
 import datetime
 import socket
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from pipelines.app import App, configure
 from pipelines.cli import format_status
 from pipelines.config import Settings, mask_url
+from pipelines.runs import Run
 from pipelines.testing import running_worker
 
 #: Seconds to wait for a service's port before falling back to the embedded mode.
@@ -61,25 +63,33 @@ def run_demo(settings: Settings, *, embedded: bool = False) -> int:
     return 1 if failures else 0
 
 
-def _scenarios(app: App) -> list[tuple[str, object]]:
+def _scenarios(app: App) -> list[tuple[str, Callable[[], Run]]]:
     stamp = datetime.datetime.now().strftime("%Y%m%d%H%M%S%f")
     order = {"order_id": int(stamp[-9:]), "total": 59.9}
     day = datetime.date.today().isoformat()
 
-    def from_event():  # type: ignore[no-untyped-def]
+    def from_event() -> Run:
         # The subscriber starts the run with the order's idempotency key; starting it here with the
         # same key returns that one run, whichever of the two comes first.
         app.publish("order.placed", order)
         return app.run("order_fulfilment", idempotency_key=f"order-{order['order_id']}", **order)
 
     return [
-        ("order_fulfilment: charge, then a fan-out (one publish) to inventory, shipping and e-mail",
-         lambda: app.run("order_fulfilment", order_id=order["order_id"] + 1, total=120.0)),
+        (
+            "order_fulfilment: charge, then a fan-out (one publish) to inventory, shipping and e-mail",
+            lambda: app.run("order_fulfilment", order_id=order["order_id"] + 1, total=120.0),
+        ),
         ("order.placed event: a subscriber starts the same pipeline, exactly once per order", from_event),
-        ("thumbnails: fetch once, render three sizes in parallel, publish the gallery",
-         lambda: app.run("thumbnails", url=f"https://example.com/photos/{stamp}.jpg")),
-        ("shard_report: a chord over 8 data shards, then the report",
-         lambda: app.run("shard_report", day=day, shards=8)),
-        ("notify_users: 2,000 notifications in parallel, then one summary",
-         lambda: app.run("notify_users", campaign=f"winter-sale-{stamp}", users=2000)),
+        (
+            "thumbnails: fetch once, render three sizes in parallel, publish the gallery",
+            lambda: app.run("thumbnails", url=f"https://example.com/photos/{stamp}.jpg"),
+        ),
+        (
+            "shard_report: a chord over 8 data shards, then the report",
+            lambda: app.run("shard_report", day=day, shards=8),
+        ),
+        (
+            "notify_users: 2,000 notifications in parallel, then one summary",
+            lambda: app.run("notify_users", campaign=f"winter-sale-{stamp}", users=2000),
+        ),
     ]

@@ -1,22 +1,22 @@
 """Every error rabbit-pipelines raises on purpose, under one root.
 
-    PipelinesError
-    ├── ConfigError            config.toml or a PIPELINES_* variable is invalid
-    ├── DefinitionError        a pipeline or actor cannot be built as written
-    │   ├── UnknownActor       a step names an actor nobody declared
-    │   └── UnknownPipeline    `run NAME` names no registered pipeline
-    ├── ServiceUnavailable     a service does not answer
-    │   ├── BrokerUnavailable  RabbitMQ
-    │   └── StoreUnavailable   the run store (Redis)
-    ├── PublishError           RabbitMQ did not take a message
-    │   ├── Unroutable         no queue is bound for its routing key
-    │   └── MessageTooLarge    its body is over broker.max_message_bytes
-    ├── ResultTooLarge         a step returned more than store.max_result_bytes
-    └── RunError               waiting on a run did not give a result
-        ├── RunNotFound        no such run (never started, or past its retention)
-        ├── RunTimeout         it did not finish in time
-        ├── RunFailed          it failed; `.error` and `.step` say where
-        └── RunCancelled       it was cancelled
+PipelinesError
+├── ConfigError            config.toml or a PIPELINES_* variable is invalid
+├── DefinitionError        a pipeline or actor cannot be built as written
+│   ├── UnknownActor       a step names an actor nobody declared
+│   └── UnknownPipeline    `run NAME` names no registered pipeline
+├── ServiceUnavailable     a service does not answer
+│   ├── BrokerUnavailable  RabbitMQ
+│   └── StoreUnavailable   the run store (Redis)
+├── PublishError           RabbitMQ did not take a message
+│   ├── Unroutable         no queue is bound for its routing key
+│   └── MessageTooLarge    its body is over broker.max_message_bytes
+├── ResultTooLarge         a step returned more than store.max_result_bytes
+└── RunError               waiting on a run did not give a result
+    ├── RunNotFound        no such run (never started, or past its retention)
+    ├── RunTimeout         it did not finish in time
+    ├── RunFailed          it failed; `.error` and `.step` say where
+    └── RunCancelled       it was cancelled
 """
 
 from __future__ import annotations

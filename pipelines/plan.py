@@ -116,9 +116,7 @@ def _entries(node: Node, node_id: str, by_id: Mapping[str, Leaf]) -> Iterator[Le
             yield from _entries(child, f"{node_id}.{index}", by_id)
 
 
-def _collect_starts(
-    node: Node, node_id: str, by_id: Mapping[str, Leaf], starts: dict[str, tuple[Leaf, ...]]
-) -> None:
+def _collect_starts(node: Node, node_id: str, by_id: Mapping[str, Leaf], starts: dict[str, tuple[Leaf, ...]]) -> None:
     if isinstance(node, Step):
         return
     assert isinstance(node, Chain | Parallel)

@@ -50,7 +50,9 @@ class Run:
             raise RunNotFound(f"No run {self.id} in the run store (never started, or past store.retention_s).")
         if not status.is_final:
             done = status.count("succeeded")
-            raise RunTimeout(f"Run {self.id} is still {status.state} after {timeout_s} s ({done}/{len(status.steps)} steps done).")
+            raise RunTimeout(
+                f"Run {self.id} is still {status.state} after {timeout_s} s ({done}/{len(status.steps)} steps done)."
+            )
         return status
 
     def result(self, timeout_s: float | None = None) -> Any:

@@ -100,7 +100,11 @@ def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -
             options={**_step_options(leaf, run_id), opt.PIPELINE: pipeline},
         )
     branches = {
-        leaf.actor_name: {"args": list(leaf.args), "kwargs": dict(leaf.kwargs), "options": _step_options(leaf, run_id)}
+        leaf.actor_name: {
+            "args": list(leaf.args),
+            "kwargs": dict(leaf.kwargs),
+            "options": _step_options(leaf, run_id),
+        }
         for leaf in leaves
     }
     return dramatiq.Message(
@@ -222,20 +226,23 @@ class Runtime:
         self._follow(broker, message, address, advance)
         return advance
 
-    def redrive(
-        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress
-    ) -> Advance:
+    def redrive(self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Advance:
         """Publish again what follows a step that already succeeded, if it never started."""
         advance = self.store.complete_step(address.run_id, address.node, address.up, None)
         self._follow(broker, message, address, advance)
         return advance
 
     def _follow(
-        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, advance: Advance
+        self,
+        broker: PipelineBroker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        advance: Advance,
     ) -> None:
         if advance.kind != "start":
             return
-        assert advance.leaves_json is not None and advance.value_json is not None
+        assert advance.leaves_json is not None
+        assert advance.value_json is not None
         leaves = [Leaf.from_json(data) for data in orjson.loads(advance.leaves_json)]
         given = StepInput((decode_value(advance.value_json),))
         pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))

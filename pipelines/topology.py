@@ -92,7 +92,12 @@ def build_topology(
     events = naming.events_exchange(namespace)
     dead = naming.dead_letter_exchange(namespace)
     delay = naming.delay_exchange(namespace)
-    exchanges = (Exchange(work, "topic"), Exchange(events, "topic"), Exchange(dead, "direct"), Exchange(delay, "headers"))
+    exchanges = (
+        Exchange(work, "topic"),
+        Exchange(events, "topic"),
+        Exchange(dead, "direct"),
+        Exchange(delay, "headers"),
+    )
     queues: list[Queue] = []
     bindings: list[Binding] = []
     actor_queues: dict[str, str] = {}
@@ -109,8 +114,8 @@ def build_topology(
     tiers = tuple(sorted(set(delay_tiers_ms)))
     for tier in tiers:
         name = naming.delay_queue(namespace, tier)
-        arguments = {"x-message-ttl": tier, "x-dead-letter-exchange": work}
-        queues.append(Queue(name, _with_type(arguments, queue_type, None), "delay"))
+        tier_arguments: dict[str, Any] = {"x-message-ttl": tier, "x-dead-letter-exchange": work}
+        queues.append(Queue(name, _with_type(tier_arguments, queue_type, None), "delay"))
         bindings.append(Binding(delay, name, "", {"x-match": "all", DELAY_TIER_HEADER: tier}))
     return Topology(namespace, exchanges, tuple(queues), tuple(bindings), actor_queues, tiers)
 
@@ -118,7 +123,7 @@ def build_topology(
 def _with_type(
     arguments: Mapping[str, Any], queue_type: Literal["quorum", "classic"], delivery_limit: int | None
 ) -> dict[str, Any]:
-    result = {"x-queue-type": queue_type, **arguments}
+    result: dict[str, Any] = {"x-queue-type": queue_type, **arguments}
     if queue_type == "quorum" and "x-dead-letter-exchange" in arguments:
         # Confirmed dead-lettering, so a message moving to its dead-letter (or back from a delay) is not lost.
         result |= {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}

@@ -27,9 +27,7 @@ def validate_actor(actor: dramatiq.Actor[Any, Any]) -> None:
             "(routing keys are dot-separated words)."
         )
     patterns = actor.options.get(opt.SUBSCRIBE, ())
-    if isinstance(patterns, str) or not all(
-        isinstance(p, str) and naming.is_valid_topic_pattern(p) for p in patterns
-    ):
+    if isinstance(patterns, str) or not all(isinstance(p, str) and naming.is_valid_topic_pattern(p) for p in patterns):
         raise DefinitionError(
             f"Actor {actor.actor_name!r}: subscribe={patterns!r} must be a list of topic patterns such as "
             "['order.*', 'invoice.#']."

@@ -73,9 +73,12 @@ class ConfirmPublisher:
         self._awaited = 0
         if confirm:
             selected: list[object] = []
-            self._impl.confirm_delivery(
-                ack_nack_callback=self._on_confirm, callback=lambda frame: (selected.append(frame), self._wake())
-            )
+
+            def on_selected(frame: object) -> None:
+                selected.append(frame)
+                self._wake()
+
+            self._impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=on_selected)
             while not selected:
                 self.connection.process_data_events(time_limit=1)
             self._impl.add_on_return_callback(self._on_return)

@@ -10,6 +10,7 @@ means what it says. Delays wait in tiered delay queues in RabbitMQ, never in a w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -57,12 +58,13 @@ class ExchangeBroker(RabbitmqBroker):
         super().__init__(url=config.url, confirm_delivery=config.confirm_delivery, middleware=middleware)
         self.config = config
         self.namespace = namespace
-        self.parameters.heartbeat = config.heartbeat_s
-        self.parameters.connection_attempts = config.connection_attempts
-        self.parameters.retry_delay = config.retry_delay_s
-        self.parameters.blocked_connection_timeout = config.blocked_connection_timeout_s
+        parameters: Any = self.parameters
+        parameters.heartbeat = config.heartbeat_s
+        parameters.connection_attempts = config.connection_attempts
+        parameters.retry_delay = config.retry_delay_s
+        parameters.blocked_connection_timeout = config.blocked_connection_timeout_s
         if config.url.startswith("amqps://") and (config.tls.ca_file or config.tls.cert_file):
-            self.parameters.ssl_options = _ssl_options(config)
+            parameters.ssl_options = _ssl_options(config)
         self.actor_options |= {opt.SUBSCRIBE}
         self.publish_count = 0
         self._topology = TopologyCache(namespace=namespace, config=config)
@@ -102,12 +104,13 @@ class ExchangeBroker(RabbitmqBroker):
             for attempt in range(1, MAX_DECLARE_ATTEMPTS + 1):
                 try:
                     self._declare(topology)
-                    self._declared |= wanted
-                    return
                 except CONNECTION_ERRORS as e:
                     self._drop_publisher()
                     if attempt == MAX_DECLARE_ATTEMPTS:
                         raise self._unavailable(e) from None
+                else:
+                    self._declared |= wanted
+                    return
 
     def _declare(self, topology: Topology) -> None:
         channel = self._publisher().declare_channel
@@ -117,7 +120,10 @@ class ExchangeBroker(RabbitmqBroker):
             channel.queue_declare(queue.name, durable=True, arguments=dict(queue.arguments))
         for binding in topology.bindings:
             channel.queue_bind(
-                binding.queue, binding.exchange, routing_key=binding.routing_key, arguments=dict(binding.arguments)
+                binding.queue,
+                binding.exchange,
+                routing_key=binding.routing_key,
+                arguments=dict(binding.arguments),
             )
 
     def forget_declarations(self) -> None:
@@ -195,11 +201,20 @@ class ExchangeBroker(RabbitmqBroker):
         tier = topology.delay_tier_for(eta_ms - current_millis())
         body = encode_message(message)
         self._publish(
-            [Outgoing(topology.delay_exchange, route_of(message).routing_key, body, message.message_id, {DELAY_TIER_HEADER: tier})]
+            [
+                Outgoing(
+                    topology.delay_exchange,
+                    route_of(message).routing_key,
+                    body,
+                    message.message_id,
+                    {DELAY_TIER_HEADER: tier},
+                )
+            ]
         )
 
     def _publish(self, batch: list[Outgoing]) -> None:
         remaining = batch
+        redeclared = False
         for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
             try:
                 returned = self._publisher().publish(remaining)
@@ -215,7 +230,7 @@ class ExchangeBroker(RabbitmqBroker):
                 return
             # A queue may have been deleted under us: declare again and resend what came back.
             remaining = [item for item in remaining if item.message_id in returned]
-            if attempt == MAX_PUBLISH_ATTEMPTS or not self._declared:
+            if redeclared or attempt == MAX_PUBLISH_ATTEMPTS:
                 keys = sorted({item.routing_key for item in remaining})
                 raise Unroutable(
                     f"No queue in namespace {self.namespace!r} is bound for {', '.join(keys)}: no declared actor "
@@ -223,6 +238,7 @@ class ExchangeBroker(RabbitmqBroker):
                 )
             self.forget_declarations()
             self.ensure_topology()
+            redeclared = True
 
     def publish_event(
         self, topic: str, payload: Any, *, options: dict[str, Any] | None = None
@@ -274,11 +290,8 @@ class ExchangeBroker(RabbitmqBroker):
             self._purge(queue.name)
 
     def _purge(self, queue: str) -> None:
-        channel = self._publisher().declare_channel
-        try:
-            channel.queue_purge(queue)
-        except pika.exceptions.ChannelClosedByBroker:
-            pass
+        with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):
+            self._publisher().declare_channel.queue_purge(queue)
 
     def delete_topology(self) -> None:
         """Delete every queue and exchange of this namespace (tests and decommissioning)."""
@@ -337,7 +350,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         except CONNECTION_ERRORS as e:
             if getattr(e, "reply_code", None) == 404:
                 broker.forget_declarations()
-            raise ConnectionClosed(e) from None
+            raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
 
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
         self._ready.append((method, properties, body))
@@ -349,7 +362,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         except CONNECTION_ERRORS as e:
             if getattr(e, "reply_code", None) == 404:
                 self.broker.forget_declarations()
-            raise ConnectionClosed(e) from None
+            raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
         if not self._ready:
             return None
         method, _properties, body = self._ready.popleft()
@@ -375,7 +388,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         try:
             self.connection.add_callback_threadsafe(partial(operation, tag, **kwargs))
         except CONNECTION_ERRORS as e:
-            raise ConnectionClosed(e) from None
+            raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         if isinstance(message, _Delivery) and message.consumer is self:

@@ -10,9 +10,15 @@ from collections.abc import Callable, Mapping
 
 from actors.images import fetch_image, make_thumbnail, publish_gallery
 from actors.notifications import notify_user, summarize_notifications
-from actors.orders import charge_payment, complete_order, reserve_inventory, schedule_shipping, send_order_confirmation
+from actors.orders import (
+    charge_payment,
+    complete_order,
+    reserve_inventory,
+    schedule_shipping,
+    send_order_confirmation,
+)
 from actors.reports import build_report, load_shard
-from pipelines.composition import Node, chain, chord, fan_out, group
+from pipelines.composition import Node, chain, chord, fan_out, group, step
 
 #: Thumbnail widths, in pixels.
 THUMBNAIL_SIZES = (64, 256, 1024)
@@ -21,26 +27,26 @@ THUMBNAIL_SIZES = (64, 256, 1024)
 def notify_users(campaign: str, users: int = 2000) -> Node:
     """One notification per user (ids 1..users), then one summary with every outcome."""
     return chord(
-        group(notify_user.message(user_id, campaign) for user_id in range(1, users + 1)),
-        then=summarize_notifications.message(campaign),
+        group(step(notify_user, user_id, campaign) for user_id in range(1, users + 1)),
+        then=step(summarize_notifications, campaign),
     )
 
 
 def shard_report(day: str, shards: int = 8) -> Node:
     """Load every shard of ``day`` in parallel, then build the report from all of them."""
-    return chord(group(load_shard.message(shard, day) for shard in range(shards)), then=build_report.message(day))
+    return chord(group(step(load_shard, shard, day) for shard in range(shards)), then=step(build_report, day))
 
 
 PIPELINES: Mapping[str, Node | Callable[..., Node]] = {
     "order_fulfilment": chain(
-        charge_payment.message(),
-        fan_out(reserve_inventory.message(), schedule_shipping.message(), send_order_confirmation.message()),
-        complete_order.message(),
+        charge_payment,
+        fan_out(reserve_inventory, schedule_shipping, send_order_confirmation),
+        complete_order,
     ),
     "thumbnails": chain(
-        fetch_image.message(),
-        group(make_thumbnail.message(size) for size in THUMBNAIL_SIZES),
-        publish_gallery.message(),
+        fetch_image,
+        group(step(make_thumbnail, size) for size in THUMBNAIL_SIZES),
+        publish_gallery,
     ),
     "notify_users": notify_users,
     "shard_report": shard_report,

@@ -141,9 +141,7 @@ class RunStore(Protocol):
         step still marked running is the retry of that step, not a duplicate.
         """
 
-    def complete_step(
-        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None
-    ) -> Advance:
+    def complete_step(self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None) -> Advance:
         """Record a step's result and decide what follows, atomically.
 
         ``value_json=None`` re-drives a step that already succeeded: the continuation is returned again

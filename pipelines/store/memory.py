@@ -18,10 +18,10 @@ from pipelines.store.base import (
     Advance,
     Claim,
     NewRun,
-    RunStatus,
     RunState,
-    StepStatus,
+    RunStatus,
     StepState,
+    StepStatus,
 )
 
 
@@ -114,9 +114,9 @@ class MemoryRunStore:
                 return Claim("stopped", run_state=run.state)
             if step.state == "succeeded":
                 return Claim("done")
-            held = step.state == "running" and step.lease_until_ms and step.lease_until_ms > now
-            if held and step.attempts >= attempt:
-                return Claim("busy", wait_ms=step.lease_until_ms - now)
+            lease_left = (step.lease_until_ms or 0) - now
+            if step.state == "running" and lease_left > 0 and step.attempts >= attempt:
+                return Claim("busy", wait_ms=lease_left)
             step.state = "running"
             step.attempts += 1
             step.started_at_ms = step.started_at_ms or now
@@ -141,7 +141,12 @@ class MemoryRunStore:
         if not redrive:
             if value_json is None:
                 return Advance("missing")
-            step.state, step.finished_at_ms, step.lease_until_ms, step.error = "succeeded", _now_ms(), None, None
+            step.state, step.finished_at_ms, step.lease_until_ms, step.error = (
+                "succeeded",
+                _now_ms(),
+                None,
+                None,
+            )
             self._changed.notify_all()
         if run.state not in ("pending", "running"):
             return Advance("stopped")
@@ -191,7 +196,12 @@ class MemoryRunStore:
             if final:
                 step.state, step.finished_at_ms = "failed", _now_ms()
                 if run.state in ("pending", "running"):
-                    run.state, run.error, run.failed_step, run.finished_at_ms = "failed", error, node, _now_ms()
+                    run.state, run.error, run.failed_step, run.finished_at_ms = (
+                        "failed",
+                        error,
+                        node,
+                        _now_ms(),
+                    )
                     self._touch(run)
             else:
                 step.state = "retrying"

@@ -26,10 +26,10 @@ from pipelines.store.base import (
     Advance,
     Claim,
     NewRun,
-    RunStatus,
     RunState,
-    StepStatus,
+    RunStatus,
     StepState,
+    StepStatus,
 )
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
@@ -56,7 +56,10 @@ class RedisRunStore:
         self._namespace = namespace
         self._retention_ms = retention_s * 1000
         self._redis = redis.Redis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, health_check_interval=30
+            url,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            health_check_interval=30,
         )
         self._create = self._redis.register_script(_script("create"))
         self._claim = self._redis.register_script(_script("claim"))
@@ -163,7 +166,7 @@ class RedisRunStore:
     ) -> RunStatus | None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._answering():
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 # Subscribe before reading, so a change between the two is not missed.
                 pubsub.subscribe(self._key(run_id))
