@@ -22,10 +22,13 @@ from middleware import PipelineSteps
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Node, as_node
 from pipelines.config import Settings, load_settings
+from pipelines.current import current_app, get_app, set_app
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
 from pipelines.store import RunStore, make_store
+
+__all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
 
 #: Seconds a scheduled (periodiq) message may be late before it is skipped as a missed tick.
 SCHEDULE_SKIP_DELAY_S = 30
@@ -161,10 +164,6 @@ def build_app(settings: Settings) -> App:
     return App(settings=settings, broker=broker, store=store, runtime=runtime)
 
 
-_current: App | None = None
-_lock = threading.Lock()
-
-
 def configure(settings: Settings | None = None) -> App:
     """The process's app: built from ``settings`` (or ``config.toml``) on the first call, then reused.
 
@@ -173,27 +172,16 @@ def configure(settings: Settings | None = None) -> App:
     Raises:
         ConfigError: The configuration is invalid, or a different one was configured already.
     """
-    global _current  # noqa: PLW0603 - the process's app is the one deliberate global, like Dramatiq's broker
     with _lock:
-        if _current is not None:
-            if settings is not None and settings != _current.settings:
+        existing = get_app()
+        if existing is not None:
+            if settings is not None and settings != existing.settings:
                 raise ConfigError("pipelines.configure() was already called with a different configuration.")
-            return _current
+            return existing
         app = build_app(settings or load_settings())
         dramatiq.set_broker(app.broker)
-        _current = app
+        set_app(app)
         return app
 
 
-def current_app() -> App:
-    """The app ``configure()`` set up.
-
-    Raises:
-        DefinitionError: ``configure()`` was not called in this process.
-    """
-    if _current is None:
-        raise DefinitionError(
-            "No app is configured: call pipelines.configure() (or import your actors package) first, "
-            "or pass app= explicitly."
-        )
-    return _current
+_lock = threading.Lock()

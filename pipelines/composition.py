@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import dramatiq
 
+from pipelines.current import current_app
 from pipelines.errors import DefinitionError
 
 if TYPE_CHECKING:
@@ -52,8 +53,6 @@ class Node:
             name: Name recorded on the run (registered pipelines pass theirs).
             app: The app to run on; defaults to the one ``pipelines.configure()`` set up.
         """
-        from pipelines.app import current_app
-
         target = app or current_app()
         return target.start(self, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
 

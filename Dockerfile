@@ -1,0 +1,15 @@
+# The image of the worker (`dramatiq actors`) and the scheduler (`periodiq actors`).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# The workdir holds config.toml, which the processes read from their current directory.
+WORKDIR /app
+COPY . .
+RUN pip install --no-cache-dir . \
+    && useradd --system --uid 10001 --no-create-home pipelines
+
+USER pipelines
+CMD ["dramatiq", "actors"]

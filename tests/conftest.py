@@ -1,0 +1,164 @@
+"""Fixtures shared by the whole suite.
+
+Integration tests run against the real RabbitMQ and Redis (URLs from ``PIPELINES_TEST_AMQP_URL`` and
+``PIPELINES_TEST_REDIS_URL``, loopback by default), each test in a namespace of its own that is
+deleted afterwards. Behaviour tests take the ``backend`` parameter and run on both the embedded
+(memory) and the real services.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import dramatiq
+import pytest
+
+from pipelines.app import App, build_app
+from pipelines.broker import ExchangeBroker
+from pipelines.config import Settings
+from pipelines.store import RedisRunStore
+
+AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _answers(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "localhost", parts.port or 0), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def services() -> None:
+    """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing."""
+    missing = [name for name, url in (("RabbitMQ", AMQP_URL), ("Redis", REDIS_URL)) if not _answers(url)]
+    if missing:
+        pytest.fail(
+            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}). "
+            "Run `make services` or `docker compose up -d rabbitmq redis`.",
+            pytrace=False,
+        )
+
+
+def settings_for(backend: str, **sections: dict[str, Any]) -> Settings:
+    """Settings of a fresh namespace on ``backend`` ("memory" or "rabbitmq"), with section overrides."""
+    data: dict[str, Any] = {"namespace": f"t-{uuid.uuid4().hex[:10]}"}
+    if backend == "memory":
+        data |= {"broker": {"url": "memory://"}, "store": {"url": "memory://"}}
+    else:
+        data |= {"broker": {"url": AMQP_URL}, "store": {"url": REDIS_URL}}
+    data["retries"] = {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2}
+    for section, values in sections.items():
+        data[section] = {**data.get(section, {}), **values}
+    return Settings.model_validate(data)
+
+
+def cleanup(app: App) -> None:
+    """Delete everything the app's namespace created in RabbitMQ and Redis, then close it."""
+    if isinstance(app.broker, ExchangeBroker):
+        app.broker.delete_topology()
+    if isinstance(app.store, RedisRunStore):
+        app.store.delete_namespace()
+    app.close()
+
+
+@pytest.fixture(params=["memory", "rabbitmq"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Runs a behaviour test on the embedded broker and store, then on RabbitMQ and Redis."""
+    if request.param == "rabbitmq":
+        request.getfixturevalue("services")
+    return str(request.param)
+
+
+MakeApp = Callable[..., App]
+
+
+@pytest.fixture
+def make_app(backend: str) -> Iterator[MakeApp]:
+    """Factory of apps on ``backend``, each in its own namespace, all cleaned up after the test."""
+    apps: list[App] = []
+
+    def make(**sections: dict[str, Any]) -> App:
+        app = build_app(settings_for(backend, **sections))
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        cleanup(app)
+
+
+StartWorker = Callable[..., dramatiq.Worker]
+
+
+@pytest.fixture
+def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
+    """Starts a worker for an app's declared actors (declare them first); stopped after the test."""
+    workers: list[dramatiq.Worker] = []
+
+    def start(app: App, *, threads: int = 4) -> dramatiq.Worker:
+        worker = dramatiq.Worker(app.broker, worker_threads=threads, worker_timeout=100)
+        worker.start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+class Observer(dramatiq.Middleware):
+    """Counts every message the worker finished handling, by actor, so tests await counts, not time."""
+
+    def __init__(self) -> None:
+        self.handled: dict[str, int] = {}
+        self.skipped: dict[str, int] = {}
+        self._changed = threading.Condition()
+
+    def _count(self, table: dict[str, int], message: dramatiq.broker.MessageProxy) -> None:
+        with self._changed:
+            table[message.actor_name] = table.get(message.actor_name, 0) + 1
+            self._changed.notify_all()
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        self._count(self.handled, message)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        self._count(self.handled, message)
+        self._count(self.skipped, message)
+
+    def wait_handled(self, actor_name: str, count: int, timeout_s: float = 30) -> None:
+        """Block until ``count`` messages of ``actor_name`` were handled (run or skipped)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.handled.get(actor_name, 0) >= count, timeout_s):
+                raise AssertionError(
+                    f"only {self.handled.get(actor_name, 0)} of {count} messages of {actor_name} were handled"
+                )
+
+
+@pytest.fixture
+def observe() -> Callable[[App], Observer]:
+    """Attaches an :class:`Observer` to an app's broker (before its worker starts)."""
+
+    def attach(app: App) -> Observer:
+        observer = Observer()
+        app.broker.add_middleware(observer)
+        return observer
+
+    return attach

@@ -1,0 +1,192 @@
+"""The RabbitMQ broker against the real server: what it declares, how it routes, what it refuses."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import time
+from typing import Any
+
+import dramatiq
+import pika
+import pytest
+
+from pipelines import chain, step
+from pipelines.app import App, build_app
+from pipelines.config import Settings
+from pipelines.errors import BrokerUnavailable, MessageTooLarge, StoreUnavailable
+
+pytestmark = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+
+TIMEOUT_S = 30
+
+
+def rabbitmqctl(*args: str) -> Any:
+    out = subprocess.run(["rabbitmqctl", "-q", "--formatter", "json", *args], check=True, capture_output=True)
+    return json.loads(out.stdout)
+
+
+def declare_two_actors(app: App) -> None:
+    dramatiq.actor(actor_name="resize", queue_name="images", broker=app.broker)(lambda x: x)
+    dramatiq.actor(actor_name="on_order", broker=app.broker, subscribe=["order.*", "refund.#"])(lambda e: None)
+
+
+def test_startup_declares_exchanges_quorum_queues_and_bindings_and_redeclaring_changes_nothing(
+    make_app: Any,
+) -> None:
+    app = make_app()
+    declare_two_actors(app)
+    ns = app.settings.namespace
+
+    app.broker.ensure_topology()
+    app.broker.forget_declarations()
+    app.broker.ensure_topology()  # a second declaration with the same arguments is accepted as is
+
+    exchanges = {
+        e["name"]: e["type"] for e in rabbitmqctl("list_exchanges", "name", "type") if e["name"].startswith(ns)
+    }
+    assert exchanges == {
+        f"{ns}.work": "topic",
+        f"{ns}.events": "topic",
+        f"{ns}.dead": "direct",
+        f"{ns}.delay": "headers",
+    }
+
+    queues = {
+        q["name"]: {name: value for name, _, value in q["arguments"]}
+        for q in rabbitmqctl("list_queues", "name", "arguments")
+        if q["name"].startswith(ns)
+    }
+    resize = f"{ns}.images.resize"
+    assert queues[resize] == {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": f"{ns}.dead",
+        "x-dead-letter-routing-key": resize,
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": 20,
+    }
+    assert queues[f"{resize}.dead"] == {"x-queue-type": "quorum"}
+    assert queues[f"{ns}.delay.1000ms"]["x-message-ttl"] == 1000
+    assert queues[f"{ns}.delay.1000ms"]["x-dead-letter-exchange"] == f"{ns}.work"
+    assert len(queues) == 2 * 2 + len(app.settings.broker.delay_tiers_s)
+
+    bindings = {
+        (b["source_name"], b["destination_name"], b["routing_key"])
+        for b in rabbitmqctl("list_bindings", "source_name", "destination_name", "routing_key")
+        if b["source_name"].startswith(ns)
+    }
+    on_order = f"{ns}.default.on_order"
+    assert {
+        (f"{ns}.work", resize, "#.resize.#"),
+        (f"{ns}.work", on_order, "#.on_order.#"),
+        (f"{ns}.events", on_order, "order.*"),
+        (f"{ns}.events", on_order, "refund.#"),
+        (f"{ns}.dead", f"{resize}.dead", resize),
+    } <= bindings
+
+
+def test_a_queue_deleted_under_a_running_producer_is_declared_again_on_the_next_publish(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    app.broker.ensure_topology()
+    queue = app.broker.topology.actor_queues["echo"]
+    with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
+        connection.channel().queue_delete(queue)
+
+    app.broker.enqueue(app.broker.get_actor("echo").message(1))
+    start_worker(app)
+
+    observer.wait_handled("echo", 1)
+
+
+def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    ran_at: list[float] = []
+    dramatiq.actor(actor_name="later", broker=app.broker)(lambda: ran_at.append(time.time()))
+    start_worker(app)
+
+    sent_at = time.time()
+    app.broker.enqueue(app.broker.get_actor("later").message(), delay=1300)
+    observer.wait_handled("later", 1)
+
+    assert ran_at[0] - sent_at >= 1.3
+
+
+def test_malformed_and_foreign_messages_are_dead_lettered_and_valid_ones_still_run(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    app.broker.ensure_topology()
+    queue = app.broker.topology.actor_queues["echo"]
+    foreign = app.broker.get_actor("echo").message(1).copy(actor_name="someone_else")
+    bad_bodies = [
+        b"not json at all",
+        b"[1, 2, 3]",
+        json.dumps({"actor_name": "echo"}).encode(),  # fields missing
+        json.dumps({**app.broker.get_actor("echo").message(1).asdict(), "args": "oops"}).encode(),
+        pickle.dumps({"actor_name": "echo"}),
+        json.dumps(foreign.asdict()).encode(),
+    ]
+    with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
+        channel = connection.channel()
+        for body in bad_bodies:
+            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+    app.broker.enqueue(app.broker.get_actor("echo").message(2))
+    start_worker(app)
+
+    observer.wait_handled("echo", 1)
+    dead = f"{queue}.dead"
+    deadline = time.monotonic() + TIMEOUT_S
+    while app.broker.queue_depth(dead) != len(bad_bodies) and time.monotonic() < deadline:
+        time.sleep(0.05)  # dead-lettering is asynchronous inside RabbitMQ; nothing to subscribe to
+    assert app.broker.queue_depth(dead) == len(bad_bodies)
+    assert observer.handled == {"echo": 1}
+
+
+def test_a_message_over_the_size_limit_is_refused_before_publishing(make_app: Any) -> None:
+    app = make_app(broker={"max_message_bytes": 2000})
+    dramatiq.actor(actor_name="store_blob", broker=app.broker)(lambda blob: None)
+
+    with pytest.raises(MessageTooLarge, match=r"for 'store_blob' is \d+ bytes, over broker.max_message_bytes = 2000"):
+        app.start(chain(step(app.broker.get_actor("store_blob"), "x" * 5000)))
+
+
+def test_an_unreachable_rabbitmq_or_redis_gives_an_error_naming_it_with_the_password_masked(backend: str) -> None:
+    down = Settings.model_validate(
+        {
+            "namespace": "unreachable",
+            "broker": {"url": "amqp://guest:s3cret@127.0.0.1:1/%2F", "connection_attempts": 1},
+            "store": {"url": "redis://:s3cret@127.0.0.1:1/0"},
+        }
+    )
+    app = build_app(down)
+    dramatiq.actor(actor_name="noop", broker=app.broker)(lambda: None)
+
+    with pytest.raises(StoreUnavailable, match=r"Redis at redis://:\*\*\*@127.0.0.1:1/0 does not answer") as store:
+        app.start(chain(app.broker.get_actor("noop")))
+    with pytest.raises(
+        BrokerUnavailable, match=r"RabbitMQ at amqp://guest:\*\*\*@127.0.0.1:1/%2F does not answer"
+    ) as rmq:
+        app.broker.enqueue(app.broker.get_actor("noop").message())
+    assert "s3cret" not in str(store.value) + str(rmq.value)
+
+
+def test_an_amqps_url_turns_on_tls(backend: str) -> None:
+    settings = Settings.model_validate(
+        {"namespace": "tls", "broker": {"url": "amqps://user:pw@rabbit.example:5671/%2F"}}
+    )
+    broker: Any = build_app(settings).broker
+
+    parameters = broker.parameters
+    assert parameters.ssl_options is not None
+    assert (parameters.host, parameters.port) == ("rabbit.example", 5671)

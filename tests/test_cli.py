@@ -1,0 +1,218 @@
+"""The `pipelines` command and a worker started with the stock `dramatiq` CLI, as separate processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+import redis
+
+from pipelines.store import RedisRunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+TIMEOUT_S = 60
+
+
+def environment(namespace: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")}
+    return env | {
+        "PIPELINES_NAMESPACE": namespace,
+        "PIPELINES_BROKER__URL": AMQP_URL,
+        "PIPELINES_STORE__URL": REDIS_URL,
+        "PIPELINES_RETRIES__MAX_RETRIES": "0",
+        **extra,
+    }
+
+
+def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "pipelines"), *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def delete_namespace(namespace: str) -> None:
+    """Delete every queue and exchange whose name starts with the namespace, and its Redis keys."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "--formatter", "json", "list_queues", "name"], capture_output=True, text=True, check=True
+    )
+    exchanges = subprocess.run(
+        ["rabbitmqctl", "-q", "--formatter", "json", "list_exchanges", "name"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        channel = connection.channel()
+        for queue in json.loads(listed.stdout):
+            if queue["name"].startswith(f"{namespace}."):
+                channel.queue_delete(queue["name"])
+        for exchange in json.loads(exchanges.stdout):
+            if exchange["name"].startswith(f"{namespace}."):
+                channel.exchange_delete(exchange["name"])
+    RedisRunStore(url=REDIS_URL, namespace=namespace, retention_s=60).delete_namespace()
+
+
+@pytest.fixture(scope="module")
+def env(services: None) -> Iterator[dict[str, str]]:
+    """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    variables = environment(namespace)
+    worker = subprocess.Popen(
+        [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "4"],
+        env=variables,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    yield variables
+    worker.send_signal(signal.SIGTERM)
+    _, errors = worker.communicate(timeout=TIMEOUT_S)
+    delete_namespace(namespace)
+    assert worker.returncode == 0, errors[-2000:]
+
+
+def test_a_pipeline_started_from_the_cli_runs_on_a_stock_dramatiq_worker(env: dict[str, str]) -> None:
+    result = pipelines(env, "run", "order_fulfilment", "--arg", "order_id=41", "--arg", "total=19.5", "--wait")
+
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"order_fulfilment\s+succeeded", result.stdout)
+    for actor in ("charge_payment", "reserve_inventory", "schedule_shipping", "send_order_confirmation"):
+        assert re.search(rf"{actor}\s+succeeded", result.stdout)
+    assert '"status":"fulfilled"' in result.stdout
+
+
+def test_status_shows_a_run_and_its_steps_also_as_json(env: dict[str, str]) -> None:
+    started = pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/a.jpg", "--wait")
+    run_id = started.stdout.split()[0]
+
+    text = pipelines(env, "status", run_id)
+    as_json = pipelines(env, "status", run_id, "--json")
+
+    assert text.returncode == 0, text.stderr
+    assert f"run {run_id}  thumbnails  succeeded" in text.stdout
+    status = json.loads(as_json.stdout)
+    assert status["state"] == "succeeded"
+    assert [step["actor"] for step in status["steps"]] == ["fetch_image"] + ["make_thumbnail"] * 3 + ["publish_gallery"]
+
+
+def test_an_event_published_from_the_cli_starts_the_subscribed_pipeline_once(env: dict[str, str]) -> None:
+    published = pipelines(env, "publish", "order.placed", '{"order_id": 77, "total": 5.0}')
+    again = pipelines(env, "publish", "order.placed", '{"order_id": 77, "total": 5.0}')
+    # The subscriber and this start share the order's idempotency key: one run, whoever starts it.
+    run = pipelines(
+        env,
+        "run",
+        "order_fulfilment",
+        "--idempotency-key",
+        "order-77",
+        "--arg",
+        "order_id=77",
+        "--arg",
+        "total=5.0",
+        "--wait",
+    )
+
+    assert published.returncode == 0, published.stderr
+    assert again.returncode == 0, again.stderr
+    assert run.returncode == 0, run.stderr
+    client = redis.Redis.from_url(REDIS_URL)
+    runs = [
+        key
+        for key in client.scan_iter(match=f"{env['PIPELINES_NAMESPACE']}:run:*")
+        if key.count(b":") == 2 and client.hget(key, "idempotency_key") == b"order-77"
+    ]
+    assert len(runs) == 1
+
+
+def test_cancel_reports_a_run_that_already_ended(env: dict[str, str]) -> None:
+    started = pipelines(env, "run", "shard_report", "--arg", "day=2026-01-01", "--arg", "shards=2", "--wait")
+    run_id = started.stdout.split()[0]
+
+    result = pipelines(env, "cancel", run_id)
+
+    assert result.returncode == 1
+    assert "had already ended (succeeded); nothing to cancel" in result.stdout
+
+
+def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str]) -> None:
+    namespace = env["PIPELINES_NAMESPACE"]
+
+    topology = pipelines(env, "topology")
+    queues = pipelines(env, "queues")
+
+    assert topology.returncode == 0, topology.stderr
+    assert f"{namespace}.work" in topology.stdout
+    assert re.search(
+        rf"{namespace}\.events\s+-> {namespace}\.orders\.start_fulfilment\s+order\.placed", topology.stdout
+    )
+    assert "order_fulfilment" in topology.stdout
+    assert queues.returncode == 0, queues.stderr
+    assert re.search(rf"{namespace}\.orders\.charge_payment\.dead\s+dead-letter\s+0", queues.stdout)
+
+
+def test_config_prints_the_effective_values_with_the_password_masked(services: None) -> None:
+    env = environment("t-config", PIPELINES_BROKER__URL="amqp://admin:hunter2@rabbit.internal:5672/%2F")
+
+    result = pipelines(env, "config")
+
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["broker"]["url"] == "amqp://admin:***@rabbit.internal:5672/%2F"
+    assert shown["namespace"] == "t-config"
+    assert "hunter2" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("variables", "args", "message"),
+    [
+        ({"PIPELINES_BROKER__QUEUE_TYPE": "fast"}, ["topology"], "broker.queue_type = 'fast'"),
+        ({"PIPELINES_STORE__RETENTION_S": "-1"}, ["topology"], "store.retention_s = '-1'"),
+        ({"PIPELINES_BROKER__URLL": "amqp://x"}, ["topology"], "unknown key 'broker.urll'"),
+        ({}, ["run", "no_such_pipeline"], "No pipeline is registered as 'no_such_pipeline'"),
+        ({}, ["run", "order_fulfilment", "--arg", "colour=red"], "Arguments do not fit step 0.0 (charge_payment)"),
+        ({}, ["publish", "order.placed", "{not json"], "The payload is not JSON"),
+        ({}, ["status", "no-such-run"], "No run no-such-run in the run store"),
+    ],
+)
+def test_bad_input_gives_one_clear_line_and_no_traceback(
+    services: None, variables: dict[str, str], args: list[str], message: str
+) -> None:
+    result = pipelines(environment("t-bad-input", **variables), *args)
+
+    assert result.returncode in (1, 2)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) -> None:
+    env = environment(
+        f"t-{uuid.uuid4().hex[:10]}",
+        PIPELINES_BROKER__URL="amqp://guest:guest@127.0.0.1:1/%2F",
+        PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
+    )
+
+    result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
+    RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
+
+    assert result.returncode == 1
+    assert "RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F does not answer" in result.stderr

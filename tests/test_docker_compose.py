@@ -1,0 +1,215 @@
+"""docker-compose.yml stays consistent with config.toml, the settings model and the files it mounts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, TypeGuard
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from pipelines.config import CONFIG_PATH_ENV, ENV_PREFIX, Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG_TOML = ROOT / "config.toml"
+SERVICES = {"rabbitmq", "redis", "jaeger", "prometheus", "grafana", "worker", "scheduler"}
+APP_SERVICES = ["worker", "scheduler"]
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict), f"{path} is not a YAML mapping"
+    return data
+
+
+@pytest.fixture
+def compose() -> dict[str, Any]:
+    return _load_yaml(ROOT / "docker-compose.yml")
+
+
+@pytest.fixture
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = compose["services"]
+    return result
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Without the caller's PIPELINES_* variables, which would otherwise override config.toml here."""
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.fixture
+def config(clean_env: pytest.MonkeyPatch) -> Settings:
+    return load_settings(CONFIG_TOML)
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):  # the "NAME=value" list form
+        env = dict(item.split("=", 1) for item in env)
+    return {name: str(value) for name, value in env.items()}
+
+
+def _published(service: dict[str, Any]) -> set[tuple[int, int]]:
+    """(host port, container port) pairs of the short "[ip:]host:container" syntax."""
+    pairs: set[tuple[int, int]] = set()
+    for entry in service.get("ports", []):
+        *_ip, host, container = str(entry).split(":")
+        pairs.add((int(host), int(container.split("/")[0])))
+    return pairs
+
+
+def _setting_exists(env_name: str) -> bool:
+    """Whether PIPELINES_<SECTION>__<KEY> (or PIPELINES_<KEY>) names a field of Settings."""
+    model: type[BaseModel] = Settings
+    *sections, key = env_name.removeprefix(ENV_PREFIX).lower().split("__")
+    for name in sections:
+        field = model.model_fields.get(name)
+        if field is None or not _is_section(field.annotation):
+            return False
+        model = field.annotation
+    field = model.model_fields.get(key)
+    # A whole section cannot be set from one variable: only its keys can.
+    return field is not None and not _is_section(field.annotation)
+
+
+def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def test_compose_defines_the_whole_local_stack(services: dict[str, dict[str, Any]]) -> None:
+    assert set(services) >= SERVICES
+
+
+def test_worker_runs_dramatiq_on_the_actors_module(services: dict[str, dict[str, Any]]) -> None:
+    assert str(services["worker"]["command"]).startswith("dramatiq actors")
+
+
+def test_scheduler_runs_periodiq_on_the_actors_module(services: dict[str, dict[str, Any]]) -> None:
+    assert str(services["scheduler"]["command"]).startswith("periodiq actors")
+
+
+@pytest.mark.parametrize(("service", "section"), [("rabbitmq", "broker"), ("redis", "store")])
+def test_service_is_published_on_the_port_config_toml_uses(
+    services: dict[str, dict[str, Any]], config: Settings, service: str, section: str
+) -> None:
+    # config.toml points at 127.0.0.1, so the host port must match for local runs against the stack.
+    port = urlsplit(getattr(config, section).url).port
+    assert port is not None
+    assert (port, port) in _published(services[service])
+
+
+@pytest.mark.parametrize(
+    ("app_service", "service", "variable"),
+    [
+        (app, service, variable)
+        for app in APP_SERVICES
+        for service, variable in (("rabbitmq", "PIPELINES_BROKER__URL"), ("redis", "PIPELINES_STORE__URL"))
+    ],
+)
+def test_app_reaches_its_service_on_the_port_config_toml_uses(
+    services: dict[str, dict[str, Any]], config: Settings, app_service: str, service: str, variable: str
+) -> None:
+    url = urlsplit(_environment(services[app_service])[variable])
+    expected = urlsplit(config.broker.url if service == "rabbitmq" else config.store.url)
+    assert (url.hostname, url.port) == (service, expected.port)
+
+
+@pytest.mark.parametrize("app_service", APP_SERVICES)
+def test_every_pipelines_variable_overrides_an_existing_setting(
+    services: dict[str, dict[str, Any]], app_service: str
+) -> None:
+    names = [name for name in _environment(services[app_service]) if name.startswith(ENV_PREFIX)]
+    assert names, f"{app_service} sets no {ENV_PREFIX}* variable"
+    # PIPELINES_CONFIG names the file rather than a setting.
+    unknown = [name for name in names if name != CONFIG_PATH_ENV and not _setting_exists(name)]
+    assert unknown == []
+
+
+@pytest.mark.parametrize(
+    "env_name", ["PIPELINES_BROKER__URI", "PIPELINES_BROKER", "PIPELINES_NAMESPACE__URL", "PIPELINES_BROKER__URL__X"]
+)
+def test_a_misspelt_or_misplaced_variable_is_not_taken_for_a_setting(env_name: str) -> None:
+    assert not _setting_exists(env_name)
+
+
+@pytest.mark.parametrize("app_service", APP_SERVICES)
+def test_app_environment_validates_and_points_at_the_compose_services(
+    services: dict[str, dict[str, Any]], config: Settings, clean_env: pytest.MonkeyPatch, app_service: str
+) -> None:
+    for name, value in _environment(services[app_service]).items():
+        clean_env.setenv(name, value)
+
+    settings = load_settings(CONFIG_TOML)
+
+    assert settings.namespace == config.namespace
+    assert urlsplit(settings.broker.url).hostname == "rabbitmq"
+    assert urlsplit(settings.store.url).hostname == "redis"
+    # Prometheus scrapes the port of config.toml, from another container.
+    assert settings.metrics.port == config.metrics.port
+    assert settings.metrics.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("app_service", APP_SERVICES)
+def test_app_waits_for_healthy_rabbitmq_and_redis(services: dict[str, dict[str, Any]], app_service: str) -> None:
+    depends_on = services[app_service]["depends_on"]
+    for service in ("rabbitmq", "redis"):
+        assert depends_on[service]["condition"] == "service_healthy"
+        assert "healthcheck" in services[service]
+
+
+def test_every_path_compose_mounts_or_builds_from_exists(services: dict[str, dict[str, Any]]) -> None:
+    paths: list[Path] = []
+    for service in services.values():
+        build = service.get("build")
+        if build is not None:
+            context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
+            dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+            paths += [context, context / dockerfile]
+        for volume in service.get("volumes", []):
+            source = str(volume.get("source", "")) if isinstance(volume, dict) else str(volume).split(":")[0]
+            # Anything else is a named volume, which Docker creates.
+            if source.startswith((".", "/")):
+                paths.append(ROOT / source)
+
+    assert paths, "compose mounts and builds nothing"
+    missing = [str(path) for path in paths if not path.exists()]
+    assert missing == []
+
+
+def test_prometheus_scrapes_worker_and_scheduler_on_the_metrics_port(config: Settings) -> None:
+    prometheus = _load_yaml(ROOT / "deploy" / "prometheus" / "prometheus.yml")
+    targets = {
+        target
+        for job in prometheus["scrape_configs"]
+        for static in job.get("static_configs", [])
+        for target in static["targets"]
+    }
+    assert {f"{app}:{config.metrics.port}" for app in APP_SERVICES} <= targets
+
+
+@pytest.mark.parametrize("app_service", APP_SERVICES)
+def test_telemetry_endpoint_points_at_a_port_jaeger_publishes(
+    services: dict[str, dict[str, Any]], config: Settings, app_service: str
+) -> None:
+    endpoint = urlsplit(_environment(services[app_service])["PIPELINES_TELEMETRY__ENDPOINT"])
+    jaeger_ports = {container for _, container in _published(services["jaeger"])}
+    assert endpoint.hostname == "jaeger"
+    assert endpoint.port in jaeger_ports
+    # Jaeger takes OTLP over HTTP on 4318 and over gRPC on 4317: the port must match the protocol.
+    assert endpoint.port == (4318 if config.telemetry.protocol == "http/protobuf" else 4317)
+
+
+def test_grafana_datasource_points_at_the_prometheus_service(services: dict[str, dict[str, Any]]) -> None:
+    datasources = _load_yaml(ROOT / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml")
+    url = urlsplit(datasources["datasources"][0]["url"])
+    prometheus_ports = {container for _, container in _published(services["prometheus"])}
+    assert url.hostname == "prometheus"
+    assert url.port in prometheus_ports
