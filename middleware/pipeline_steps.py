@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 #: Delay before a step whose claim could not be checked (store down) is tried again, in ms.
 STORE_DOWN_RETRY_DELAY_MS = 5000
+#: Longest a copy of a step held by another worker waits before it looks again, in ms.
+BUSY_RECHECK_MS = 30_000
 
 _in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("in_pipeline_step", default=False)
 
@@ -58,7 +60,7 @@ class PipelineSteps(Middleware):
             _in_step.set(True)
             return
         if claim.kind == "busy":
-            self._put_off(broker, message, claim.wait_ms, "another worker holds its lease")
+            self._put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
         elif claim.kind == "done":
             self._redrive(broker, message, address)
         elif claim.kind == "missing":

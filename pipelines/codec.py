@@ -70,7 +70,8 @@ def decode_message(body: bytes) -> dramatiq.Message[Any]:
         "message_timestamp": int,
     }
     for name, kind in checks.items():
-        if not isinstance(data[name], kind):
+        # bool is an int to isinstance, not to JSON producers: a `true` timestamp is malformed.
+        if not isinstance(data[name], kind) or isinstance(data[name], bool):
             raise MalformedMessage(f"field {name} is {type(data[name]).__name__}, expected {kind.__name__}")
     data["args"] = tuple(data["args"])
     return dramatiq.Message(**{name: data[name] for name in _FIELDS})

@@ -153,7 +153,7 @@ def group(*members: object) -> Parallel:
     """
     only = members[0] if len(members) == 1 else None
     if only is not None and not isinstance(only, Node | dramatiq.Message | dramatiq.Actor):
-        if not isinstance(only, Iterable):
+        if not isinstance(only, Iterable) or isinstance(only, str | bytes):
             raise DefinitionError(f"group() takes steps or one iterable of steps, not {only!r}.")
         members = tuple(only)
     return Parallel(_nodes("group", members), kind="group")
@@ -163,7 +163,10 @@ def map(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:
     """Call ``actor`` once per item, in parallel: ``map(resize, ids)`` is ``group(resize.message(i) ...)``."""
     if not isinstance(actor, dramatiq.Actor):
         raise DefinitionError(f"map() takes an actor first, not {actor!r}.")
-    return group(*(step(actor, item) for item in items))
+    steps = [step(actor, item) for item in items]
+    if not steps:
+        raise DefinitionError(f"map({actor.actor_name}, ...) needs at least one item.")
+    return group(*steps)
 
 
 def chord(members: object, then: object) -> Chain:

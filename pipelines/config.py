@@ -7,15 +7,17 @@ Every key can be overridden by an environment variable ``PIPELINES_<SECTION>__<K
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from pipelines.errors import ConfigError
 from pipelines.naming import is_valid_namespace
@@ -26,14 +28,21 @@ DEFAULT_CONFIG_PATH = Path("config.toml")
 ENV_PREFIX = "PIPELINES_"
 
 
+_read_environment: ContextVar[bool] = ContextVar("read_environment", default=True)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _check_url(url: str, schemes: tuple[str, ...]) -> str:
-    scheme = urlsplit(url).scheme
-    if scheme not in schemes:
+    parts = urlsplit(url)
+    if parts.scheme not in schemes:
         raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}")
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        raise ValueError("expected a URL whose port is a number") from None
     return url
 
 
@@ -166,15 +175,25 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The file's values come in as init arguments; the environment overrides them.
+        # The file's values come in as init arguments; the environment overrides them, except when a
+        # configuration already read is being changed on purpose (`with_overrides`).
+        if not _read_environment.get():
+            return (init_settings,)
         return (env_settings, init_settings)
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> Settings:
+        """Validate ``values`` as a configuration, ignoring the environment (tests, embedded apps).
+
+        Raises:
+            ConfigError: As for :func:`load_settings`.
+        """
+        return _validated(dict(values), source="values", use_env=False)
+
     def masked(self) -> dict[str, Any]:
-        """The effective configuration with every credential replaced by ``***``."""
-        data = self.model_dump(mode="json")
-        data["broker"]["url"] = mask_url(self.broker.url)
-        data["store"]["url"] = mask_url(self.store.url)
-        return data
+        """The effective configuration with every credential in every URL replaced by ``***``."""
+        masked: dict[str, Any] = mask_secrets(self.model_dump(mode="json"))
+        return masked
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> Settings:
         """A copy with some section keys replaced, validated like the file."""
@@ -187,15 +206,34 @@ class Settings(BaseSettings):
         return _validated(data, source="overrides", use_env=False)
 
 
+_SECRET_QUERY_KEYS = frozenset({"password", "pass", "secret", "token"})
+
+
 def mask_url(url: str) -> str:
-    """Hide the password of a URL so it can be printed and logged."""
+    """Hide the password of a URL (in its user info or a ``password=`` query) so it can be printed."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    netloc = parts.netloc
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
+    query = "&".join(
+        f"{key}=***" if sep and key.lower() in _SECRET_QUERY_KEYS else f"{key}{sep}{value}"
+        for key, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    if (netloc, query) == (parts.netloc, parts.query):
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def mask_secrets(value: Any) -> Any:
+    """``value`` with :func:`mask_url` applied to every string in it that looks like a URL."""
+    if isinstance(value, str):
+        return mask_url(value) if "://" in value else value
+    if isinstance(value, dict):
+        return {key: mask_secrets(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_secrets(item) for item in value]
+    return value
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
@@ -222,12 +260,33 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
 
 
 def _validated(data: dict[str, Any], *, source: str, use_env: bool) -> Settings:
+    token = _read_environment.set(use_env)
     try:
-        if use_env:
-            return Settings(**data)
-        return Settings.model_validate(data)
+        return Settings(**data)
     except ValidationError as e:
         raise ConfigError(_explain(e, source)) from None
+    except SettingsError:
+        # pydantic-settings could not parse an environment value of a structured key (a list, say).
+        names = ", ".join(_unparsable_variables()) or f"a {ENV_PREFIX}* variable"
+        raise ConfigError(
+            f"Invalid configuration: {names} is not JSON; list and table values in the environment must be, "
+            "such as PIPELINES_BROKER__DELAY_TIERS_S='[1, 5, 30]'."
+        ) from None
+    finally:
+        _read_environment.reset(token)
+
+
+def _unparsable_variables() -> list[str]:
+    """The ``PIPELINES_*`` variables whose value should be JSON (a list or table) and is not."""
+    names = []
+    for name, value in os.environ.items():
+        if not name.startswith(ENV_PREFIX) or (not value.strip().startswith(("[", "{")) and "," not in value):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            names.append(name)
+    return sorted(names)
 
 
 def _explain(error: ValidationError, source: str) -> str:
@@ -235,9 +294,7 @@ def _explain(error: ValidationError, source: str) -> str:
     location = [str(part) for part in first["loc"]]
     key = ".".join(location)
     env_name = ENV_PREFIX + "__".join(part.upper() for part in location)
-    value = first.get("input")
-    if isinstance(value, str) and "://" in value:
-        value = mask_url(value)
+    value = mask_secrets(first.get("input"))
     problem = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"Invalid configuration: unknown key {key!r} (in {source} or {env_name}). Check its spelling."

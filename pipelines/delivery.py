@@ -40,11 +40,13 @@ def resolve(message: dramatiq.Message[Any], *, actor_name: str, queue_name: str)
             raise UnresolvableMessage(f"fan-out message has no branch for actor {actor_name!r}")
         options = {key: value for key, value in message.options.items() if key != opt.BRANCHES}
         options.update(branch.get("options", {}))
+        # A branch that ignores its input gets only its own arguments, as a direct message would.
+        shared_args, shared_kwargs = ((), {}) if options.get(opt.PIPE_IGNORE) else (message.args, message.kwargs)
         return dramatiq.Message(
             queue_name=queue_name,
             actor_name=actor_name,
-            args=(*branch.get("args", ()), *message.args),
-            kwargs={**branch.get("kwargs", {}), **message.kwargs},
+            args=(*branch.get("args", ()), *shared_args),
+            kwargs={**branch.get("kwargs", {}), **shared_kwargs},
             options=options,
             message_id=f"{message.message_id}.{actor_name}",
             message_timestamp=message.message_timestamp,

@@ -33,7 +33,9 @@ def is_valid_topic(topic: str) -> bool:
 
 def is_valid_topic_pattern(pattern: str) -> bool:
     """Subscription patterns are topics whose words may be ``*`` (one word) or ``#`` (any)."""
-    return all(_PATTERN_WORD_RE.fullmatch(word) for word in pattern.split("."))
+    return len(pattern.encode()) <= MAX_NAME_BYTES and all(
+        _PATTERN_WORD_RE.fullmatch(word) for word in pattern.split(".")
+    )
 
 
 def work_exchange(namespace: str) -> str:

@@ -40,7 +40,7 @@ def embedded_settings(namespace: str | None = None, **sections: Mapping[str, Any
     }
     for section, values in sections.items():
         data[section] = {**data.get(section, {}), **values}
-    return Settings.model_validate(data)
+    return Settings.from_values(data)
 
 
 @contextmanager

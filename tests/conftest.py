@@ -8,8 +8,10 @@ deleted afterwards. Behaviour tests take the ``backend`` parameter and run on bo
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import dramatiq
+import pika
 import pytest
 
 from pipelines.app import App, build_app
@@ -59,7 +62,7 @@ def settings_for(backend: str, **sections: dict[str, Any]) -> Settings:
     data["retries"] = {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2}
     for section, values in sections.items():
         data[section] = {**data.get(section, {}), **values}
-    return Settings.model_validate(data)
+    return Settings.from_values(data)
 
 
 def cleanup(app: App) -> None:
@@ -69,6 +72,46 @@ def cleanup(app: App) -> None:
     if isinstance(app.store, RedisRunStore):
         app.store.delete_namespace()
     app.close()
+
+
+def _list(kind: str) -> list[str]:
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "--formatter", "json", kind, "name"], capture_output=True, text=True, check=True
+    )
+    return [entry["name"] for entry in json.loads(listed.stdout)]
+
+
+def _delete_namespace(namespace: str) -> None:
+    """Delete every queue and exchange named ``<namespace>.*`` (whatever declared them) and its Redis keys."""
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        channel = connection.channel()
+        for queue in _list("list_queues"):
+            if queue.startswith(f"{namespace}."):
+                channel.queue_delete(queue)
+        for exchange in _list("list_exchanges"):
+            if exchange.startswith(f"{namespace}."):
+                channel.exchange_delete(exchange)
+    RedisRunStore(url=REDIS_URL, namespace=namespace, retention_s=60).delete_namespace()
+
+
+@pytest.fixture(scope="session")
+def delete_namespace(services: None) -> Callable[[str], None]:
+    """Deletes every queue and exchange named ``<namespace>.*`` and the namespace's Redis keys."""
+    return _delete_namespace
+
+
+@pytest.fixture
+def namespaces(delete_namespace: Callable[[str], None]) -> Iterator[Callable[[], str]]:
+    """Hands out fresh namespaces for other processes to use; deletes all they created afterwards."""
+    handed_out: list[str] = []
+
+    def fresh() -> str:
+        handed_out.append(f"t-{uuid.uuid4().hex[:10]}")
+        return handed_out[-1]
+
+    yield fresh
+    for namespace in handed_out:
+        delete_namespace(namespace)
 
 
 @pytest.fixture(params=["memory", "rabbitmq"])

@@ -9,10 +9,9 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pika
 import pytest
 import redis
 
@@ -48,30 +47,8 @@ def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
     )
 
 
-def delete_namespace(namespace: str) -> None:
-    """Delete every queue and exchange whose name starts with the namespace, and its Redis keys."""
-    listed = subprocess.run(
-        ["rabbitmqctl", "-q", "--formatter", "json", "list_queues", "name"], capture_output=True, text=True, check=True
-    )
-    exchanges = subprocess.run(
-        ["rabbitmqctl", "-q", "--formatter", "json", "list_exchanges", "name"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
-        channel = connection.channel()
-        for queue in json.loads(listed.stdout):
-            if queue["name"].startswith(f"{namespace}."):
-                channel.queue_delete(queue["name"])
-        for exchange in json.loads(exchanges.stdout):
-            if exchange["name"].startswith(f"{namespace}."):
-                channel.exchange_delete(exchange["name"])
-    RedisRunStore(url=REDIS_URL, namespace=namespace, retention_s=60).delete_namespace()
-
-
 @pytest.fixture(scope="module")
-def env(services: None) -> Iterator[dict[str, str]]:
+def env(delete_namespace: Callable[[str], None]) -> Iterator[dict[str, str]]:
     """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     variables = environment(namespace)

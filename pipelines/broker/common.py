@@ -15,7 +15,7 @@ from pipelines.routing import route_of
 from pipelines.topology import ActorRoute, Topology, build_topology
 
 
-def validate_actor(actor: dramatiq.Actor[Any, Any]) -> None:
+def validate_actor(actor: dramatiq.Actor[Any, Any], *, namespace: str) -> None:
     """Refuse actor names and subscriptions that cannot be routed, before anything is declared.
 
     Raises:
@@ -25,6 +25,12 @@ def validate_actor(actor: dramatiq.Actor[Any, Any]) -> None:
         raise DefinitionError(
             f"Actor name {actor.actor_name!r} cannot be routed: use letters, digits, '_' or '-' and no dots "
             "(routing keys are dot-separated words)."
+        )
+    queue = naming.actor_queue(namespace, actor.queue_name, naming.dead_letter_queue(actor.actor_name))
+    if len(queue.encode()) > naming.MAX_NAME_BYTES:
+        raise DefinitionError(
+            f"Actor {actor.actor_name!r} on queue {actor.queue_name!r} gives RabbitMQ queue names over "
+            f"{naming.MAX_NAME_BYTES} bytes; shorten the actor, queue or namespace name."
         )
     patterns = actor.options.get(opt.SUBSCRIBE, ())
     if isinstance(patterns, str) or not all(isinstance(p, str) and naming.is_valid_topic_pattern(p) for p in patterns):

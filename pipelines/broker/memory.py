@@ -43,7 +43,7 @@ class MemoryBroker(StubBroker):
         self._topology = TopologyCache(namespace=namespace, config=config)
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
-        validate_actor(actor)
+        validate_actor(actor, namespace=self.namespace)
         super().declare_actor(actor)
 
     @property

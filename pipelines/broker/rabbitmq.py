@@ -76,7 +76,7 @@ class ExchangeBroker(RabbitmqBroker):
     # -- declaration ---------------------------------------------------------------------------
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
-        validate_actor(actor)
+        validate_actor(actor, namespace=self.namespace)
         super().declare_actor(actor)
 
     def declare_queue(self, queue_name: str, *, ensure: bool = False) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import chain, chord, fan_out, group, map, step
 from pipelines.app import App
-from pipelines.errors import DefinitionError, RunFailed, UnknownActor, UnknownPipeline
+from pipelines.errors import DefinitionError, RunFailed, RunNotFound, UnknownActor, UnknownPipeline
 
 TIMEOUT_S = 30
 
@@ -340,3 +340,24 @@ def pipeline_step(actor_name: str) -> Any:
     from pipelines.composition import Step
 
     return Step(actor_name=actor_name)
+
+
+def test_a_result_over_the_size_limit_fails_the_run_with_advice(make_app: Any, start_worker: Any) -> None:
+    app = make_app(store={"max_result_bytes": 1000})
+
+    @dramatiq.actor(broker=app.broker)
+    def export(rows: int) -> str:
+        return "x" * rows
+
+    start_worker(app)
+    run = app.start(chain(export), args=(5000,))
+
+    with pytest.raises(RunFailed, match=r"ResultTooLarge: .* over store.max_result_bytes = 1000. Return an id"):
+        run.result(timeout_s=TIMEOUT_S)
+
+
+def test_run_handles_of_unknown_runs_say_so(make_app: Any) -> None:
+    app = make_app()
+
+    with pytest.raises(RunNotFound, match="No run nope in the run store"):
+        app.get_run("nope").status()

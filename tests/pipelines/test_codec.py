@@ -1,0 +1,169 @@
+"""The wire format: strict JSON messages, decode errors that say what is wrong, JSON step results."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import dramatiq
+import pytest
+
+from pipelines import options as opt
+from pipelines.codec import MalformedMessage, decode_message, decode_value, encode_message, encode_value
+from pipelines.errors import DefinitionError
+
+FIELDS = {"queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp"}
+
+
+def valid_fields() -> dict[str, Any]:
+    return {
+        "queue_name": "default",
+        "actor_name": "charge",
+        "args": [1],
+        "kwargs": {},
+        "options": {},
+        "message_id": "m-1",
+        "message_timestamp": 1_700_000_000_000,
+    }
+
+
+def body(**changes: Any) -> bytes:
+    fields = valid_fields() | changes
+    return json.dumps({k: v for k, v in fields.items() if v is not ...}).encode()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        dramatiq.Message(
+            queue_name="default",
+            actor_name="charge",
+            args=(42, "eur", None, 1.5, True, [1, 2], {"k": "v"}),
+            kwargs={"retry": False, "tags": ["a", "b"]},
+            options={opt.STEP: {"run": "r1", "node": "0.1", "up": [["c", "0", 1, 2]]}, opt.PIPELINE: "checkout"},
+            message_id="0c5f0f6e-id",
+            message_timestamp=1_700_000_000_123,
+        ),
+        dramatiq.Message(
+            queue_name="",
+            actor_name="",
+            args=("shared",),
+            kwargs={},
+            options={opt.BRANCHES: {"ship": {"args": [1], "kwargs": {}, "options": {}}}},
+        ),
+        dramatiq.Message(
+            queue_name="", actor_name="", args=({"order": 7},), kwargs={}, options={opt.EVENT_TOPIC: "o.p"}
+        ),
+    ],
+    ids=["direct", "fan-out", "event"],
+)
+def test_a_message_survives_encoding_and_decoding(message: dramatiq.Message[Any]) -> None:
+    decoded = decode_message(encode_message(message))
+    assert decoded == message
+    assert isinstance(decoded.args, tuple)
+
+
+def test_a_message_is_encoded_as_a_json_object_of_dramatiq_fields() -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="default", actor_name="charge", args=(1,), kwargs={}, options={}
+    )
+    data = json.loads(encode_message(message))
+    assert set(data) == FIELDS
+    assert data["args"] == [1]
+    assert data["message_id"] == message.message_id
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        (b"not json", "body is not JSON"),
+        (b"", "body is not JSON"),
+        (b"\xff\xfe{}", "body is not JSON"),
+        (pickle.dumps({"a": 1}), "body is not JSON"),
+        (pickle.dumps(valid_fields()), "body is not JSON"),
+        (b"[1, 2]", "body is JSON list, not an object"),
+        (b'"text"', "body is JSON str, not an object"),
+        (b"null", "body is JSON NoneType, not an object"),
+        (b"{}", "body lacks the field(s) queue_name, actor_name, args, kwargs, options, message_id, message_timestamp"),
+        (body(message_id=...), "body lacks the field(s) message_id"),
+        (body(args=..., options=...), "body lacks the field(s) args, options"),
+        (body(queue_name=None), "field queue_name is NoneType, expected str"),
+        (body(actor_name=5), "field actor_name is int, expected str"),
+        (body(args="x"), "field args is str, expected list"),
+        (body(args={"a": 1}), "field args is dict, expected list"),
+        (body(kwargs=[]), "field kwargs is list, expected dict"),
+        (body(options="o"), "field options is str, expected dict"),
+        (body(message_id=1), "field message_id is int, expected str"),
+        (body(message_timestamp="1700000000000"), "field message_timestamp is str, expected int"),
+        (body(message_timestamp=1.5), "field message_timestamp is float, expected int"),
+    ],
+)
+def test_a_body_that_is_not_a_json_message_is_malformed_and_says_why(payload: bytes, problem: str) -> None:
+    with pytest.raises(MalformedMessage) as raised:
+        decode_message(payload)
+    assert problem in str(raised.value)
+
+
+def test_the_not_json_error_shows_the_first_bytes_of_the_body() -> None:
+    with pytest.raises(MalformedMessage, match=r"first bytes: b'\\x80"):
+        decode_message(pickle.dumps({"a": 1}))
+
+
+def test_a_boolean_timestamp_is_malformed() -> None:
+    with pytest.raises(MalformedMessage, match="message_timestamp"):
+        decode_message(body(message_timestamp=True))
+
+
+def test_a_malformed_message_is_a_value_error() -> None:
+    assert issubclass(MalformedMessage, ValueError)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{1, 2}, object(), b"raw bytes", 2**70, {1: "int key"}],
+    ids=["set", "object", "bytes", "int-over-64-bits", "int-key"],
+)
+def test_arguments_that_are_not_json_are_a_definition_error_naming_the_actor(value: object) -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="default", actor_name="charge", args=(value,), kwargs={}, options={}
+    )
+    with pytest.raises(DefinitionError, match="actor 'charge' has arguments that are not JSON"):
+        encode_message(message)
+
+
+def test_keyword_arguments_that_are_not_json_are_a_definition_error_naming_the_actor() -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="default", actor_name="ship", args=(), kwargs={"to": object()}, options={}
+    )
+    with pytest.raises(DefinitionError, match="'ship'"):
+        encode_message(message)
+
+
+def test_a_fan_out_with_arguments_that_are_not_json_is_named_as_a_fan_out() -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="", actor_name="", args=({1, 2},), kwargs={}, options={}
+    )
+    with pytest.raises(DefinitionError, match=r"'\(fan-out\)'"):
+        encode_message(message)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 0, -7, 2**63 - 1, 1.25, "", "text é", [], [1, "a", None], {}, {"a": [1, {"b": None}]}],
+    ids=repr,
+)
+def test_a_step_result_survives_encode_value_and_decode_value(value: object) -> None:
+    text = encode_value(value)
+    assert isinstance(text, str)
+    assert decode_value(text) == value
+
+
+def test_tuples_in_step_results_come_back_as_lists() -> None:
+    assert decode_value(encode_value((1, (2, 3)))) == [1, [2, 3]]
+
+
+@pytest.mark.parametrize("value", [object(), {1, 2}, b"bytes"], ids=["object", "set", "bytes"])
+def test_a_step_result_that_is_not_json_is_a_definition_error(value: object) -> None:
+    with pytest.raises(DefinitionError, match="not JSON"):
+        encode_value(value)

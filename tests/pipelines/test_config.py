@@ -1,0 +1,289 @@
+"""Loading config.toml and PIPELINES_* variables, errors that name the key, and masking of credentials."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings, mask_url
+from pipelines.errors import ConfigError
+
+SECRET = "s3cr3t-Pa55"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every test in an empty directory with no PIPELINES_* variable set."""
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("PIPELINES_"):
+            monkeypatch.delenv(name)
+
+
+def write_config(text: str, name: str = "config.toml") -> Path:
+    path = Path(name)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_load_when_there_is_no_config_file() -> None:
+    settings = load_settings()
+    assert settings.namespace == "pipelines"
+    assert settings.broker.url == "amqp://guest:guest@127.0.0.1:5672/%2F"
+    assert settings.broker.queue_type == "quorum"
+    assert settings.broker.delivery_limit == 20
+    assert settings.broker.delay_tiers_s == (0.1, 1.0, 5.0, 30.0, 300.0, 1800.0, 7200.0, 21600.0)
+    assert settings.store.url == "redis://127.0.0.1:6379/0"
+    assert settings.retries.max_retries == 5
+    assert settings == Settings()
+
+
+def test_the_config_file_in_the_working_directory_is_read() -> None:
+    write_config('namespace = "staging"\n[broker]\nqueue_type = "classic"\nprefetch = 8\n')
+    settings = load_settings()
+    assert settings.namespace == "staging"
+    assert settings.broker.queue_type == "classic"
+    assert settings.broker.prefetch == 8
+    assert settings.broker.delivery_limit == 20
+
+
+def test_an_explicit_path_is_read() -> None:
+    path = write_config('namespace = "explicit"\n', "elsewhere.toml")
+    assert load_settings(path).namespace == "explicit"
+    assert load_settings(str(path)).namespace == "explicit"
+
+
+def test_pipelines_config_names_the_file_to_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config('namespace = "from-env-file"\n', "env.toml")
+    monkeypatch.setenv(CONFIG_PATH_ENV, str(path))
+    assert load_settings().namespace == "from-env-file"
+
+
+def test_a_missing_explicit_file_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"nope\.toml does not exist"):
+        load_settings("nope.toml")
+
+
+def test_a_missing_file_named_by_pipelines_config_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIG_PATH_ENV, "missing.toml")
+    with pytest.raises(ConfigError, match=rf"missing\.toml does not exist.*{CONFIG_PATH_ENV}"):
+        load_settings()
+
+
+def test_invalid_toml_is_a_config_error() -> None:
+    write_config("namespace = \n[broker\n")
+    with pytest.raises(ConfigError, match=r"config\.toml is not valid TOML"):
+        load_settings()
+
+
+def test_environment_variables_override_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config('namespace = "file"\n[broker]\nurl = "amqp://file-host/"\nprefetch = 3\n')
+    monkeypatch.setenv("PIPELINES_BROKER__URL", "amqps://env-host:5671/")
+    monkeypatch.setenv("PIPELINES_NAMESPACE", "env")
+    settings = load_settings()
+    assert settings.broker.url == "amqps://env-host:5671/"
+    assert settings.namespace == "env"
+    assert settings.broker.prefetch == 3
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "key", "expected"),
+    [
+        ("PIPELINES_BROKER__DELAY_TIERS_S", "[0.5, 2, 60]", "broker.delay_tiers_s", (0.5, 2.0, 60.0)),
+        ("PIPELINES_STORE__RETENTION_S", "3600", "store.retention_s", 3600),
+        ("PIPELINES_BROKER__CONFIRM_DELIVERY", "false", "broker.confirm_delivery", False),
+        ("PIPELINES_METRICS__PORT", "9000", "metrics.port", 9000),
+        ("PIPELINES_BROKER__TLS__SERVER_HOSTNAME", "rabbit.internal", "broker.tls.server_hostname", "rabbit.internal"),
+    ],
+)
+def test_environment_values_are_parsed_like_the_file(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, key: str, expected: object
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert functools.reduce(getattr, key.split("."), load_settings()) == expected
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "value", "variable"),
+    [
+        ('namespace = "Prod.EU"\n', "namespace", "'Prod.EU'", "PIPELINES_NAMESPACE"),
+        ("[broker]\nheartbeat_s = 9999\n", "broker.heartbeat_s", "9999", "PIPELINES_BROKER__HEARTBEAT_S"),
+        ('[broker]\nqueue_type = "lazy"\n', "broker.queue_type", "'lazy'", "PIPELINES_BROKER__QUEUE_TYPE"),
+        (
+            "[broker]\ndelay_tiers_s = [5.0, 1.0]\n",
+            "broker.delay_tiers_s",
+            "[5.0, 1.0]",
+            "PIPELINES_BROKER__DELAY_TIERS_S",
+        ),
+        ("[broker]\ndelay_tiers_s = []\n", "broker.delay_tiers_s", "[]", "PIPELINES_BROKER__DELAY_TIERS_S"),
+        ('[store]\nurl = "http://cache/0"\n', "store.url", "'http://cache/0'", "PIPELINES_STORE__URL"),
+        ("[metrics]\nport = 0\n", "metrics.port", "0", "PIPELINES_METRICS__PORT"),
+        ("[broker.tls]\nca_file = 5\n", "broker.tls.ca_file", "5", "PIPELINES_BROKER__TLS__CA_FILE"),
+    ],
+)
+def test_an_invalid_file_value_names_the_key_the_value_and_the_variable(
+    toml: str, key: str, value: str, variable: str
+) -> None:
+    write_config(toml)
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    text = str(raised.value)
+    assert f"{key} = {value}" in text
+    assert variable in text
+    assert "config.toml" in text
+
+
+def test_an_invalid_environment_value_names_the_key_the_value_and_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PIPELINES_BROKER__HEARTBEAT_S", "-1")
+    with pytest.raises(ConfigError, match=r"broker\.heartbeat_s = '-1' .*PIPELINES_BROKER__HEARTBEAT_S"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('namespce = "x"\n', "namespce"),
+        ("[brokers]\nurl = 'amqp://h/'\n", "brokers"),
+        ("[broker]\nurll = 'amqp://h/'\n", "broker.urll"),
+        ("[broker.tls]\nca = 'x'\n", "broker.tls.ca"),
+    ],
+)
+def test_unknown_keys_in_the_file_are_rejected_by_name(toml: str, key: str) -> None:
+    write_config(toml)
+    with pytest.raises(ConfigError, match=rf"unknown key '{key}'"):
+        load_settings()
+
+
+def test_unknown_environment_keys_are_rejected_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINES_BROKER__URLX", "amqp://h/")
+    with pytest.raises(ConfigError, match=r"unknown key 'broker\.urlx'.*PIPELINES_BROKER__URLX"):
+        load_settings()
+
+
+def test_a_list_value_in_the_environment_that_is_not_json_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINES_BROKER__DELAY_TIERS_S", "1,5,30")
+    with pytest.raises(ConfigError, match="PIPELINES_BROKER__DELAY_TIERS_S"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("toml", "masked"),
+    [
+        (f'[broker]\nurl = "http://admin:{SECRET}@rabbit:5672/"\n', "'http://admin:***@rabbit:5672/'"),
+        (f'[store]\nurl = "https://:{SECRET}@cache/0"\n', "'https://:***@cache/0'"),
+    ],
+)
+def test_an_invalid_url_is_reported_without_its_password(toml: str, masked: str) -> None:
+    write_config(toml)
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert SECRET not in str(raised.value)
+    assert masked in str(raised.value)
+
+
+def test_an_invalid_url_from_the_environment_is_reported_without_its_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINES_STORE__URL", f"mysql://root:{SECRET}@db/0")
+    with pytest.raises(ConfigError, match=r"store\.url = 'mysql://root:\*\*\*@db/0'") as raised:
+        load_settings()
+    assert SECRET not in str(raised.value)
+
+
+def test_masked_settings_hide_every_url_password() -> None:
+    write_config(
+        f'[broker]\nurl = "amqps://admin:{SECRET}@rabbit:5671/%2F"\n[store]\nurl = "rediss://:{SECRET}x@cache:6380/1"\n'
+    )
+    settings = load_settings()
+    masked = settings.masked()
+    assert SECRET not in json.dumps(masked)
+    assert masked["broker"]["url"] == "amqps://admin:***@rabbit:5671/%2F"
+    assert masked["store"]["url"] == "rediss://:***@cache:6380/1"
+    assert settings.broker.url == f"amqps://admin:{SECRET}@rabbit:5671/%2F"
+
+
+def test_masked_settings_keep_every_other_value() -> None:
+    settings = load_settings()
+    masked = settings.masked()
+    plain = settings.model_dump(mode="json")
+    assert masked["broker"].pop("url") == "amqp://guest:***@127.0.0.1:5672/%2F"
+    assert plain["broker"].pop("url") == "amqp://guest:guest@127.0.0.1:5672/%2F"
+    assert masked == plain
+    assert json.loads(json.dumps(masked)) == masked
+
+
+@pytest.mark.parametrize(
+    "url", ["amqp://guest@rabbit/", "memory://", "redis://127.0.0.1:6379/0", "amqp://rabbit:5672/%2F?heartbeat=5"]
+)
+def test_a_url_without_a_password_is_not_changed_by_masking(url: str) -> None:
+    assert mask_url(url) == url
+
+
+def test_masked_settings_hide_a_password_in_the_telemetry_endpoint() -> None:
+    write_config(f'[telemetry]\nendpoint = "https://otel:{SECRET}@collector:4318"\n')
+    assert SECRET not in json.dumps(load_settings().masked())
+
+
+def test_a_section_of_the_wrong_type_is_reported_without_a_password() -> None:
+    write_config(f'broker = ["amqp://admin:{SECRET}@rabbit/"]\n')
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        f'[broker]\nurl = "http://admin:{SECRET}@rabbit:56x2/"\n',
+        f'[store]\nurl = "redis://admin:{SECRET}@cache:63x9/0"\n',
+    ],
+    ids=["http-url-for-broker", "redis-url-for-store"],
+)
+def test_a_url_with_a_non_numeric_port_gives_a_config_error_or_masked_settings(toml: str) -> None:
+    write_config(toml)
+    try:
+        shown = json.dumps(load_settings().masked())
+    except ConfigError as e:
+        shown = str(e)
+    assert SECRET not in shown
+
+
+def test_with_overrides_returns_a_validated_copy() -> None:
+    settings = load_settings()
+    changed = settings.with_overrides(broker={"prefetch": 16, "queue_type": "classic"})
+    assert changed.broker.prefetch == 16
+    assert changed.broker.queue_type == "classic"
+    assert changed.broker.url == settings.broker.url
+    assert changed.store == settings.store
+    assert settings.broker.prefetch == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"broker": {"prefetch": -1}}, r"broker\.prefetch = -1 \(from overrides"),
+        ({"broker": {"nope": 1}}, r"unknown key 'broker\.nope'"),
+        ({"store": {"url": f"ftp://u:{SECRET}@h/"}}, r"store\.url = 'ftp://u:\*\*\*@h/'"),
+    ],
+)
+def test_with_overrides_rejects_invalid_values(overrides: dict[str, dict[str, object]], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        Settings().with_overrides(**overrides)
+    assert SECRET not in str(raised.value)
+
+
+def test_with_overrides_does_not_read_the_environment_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    monkeypatch.setenv("PIPELINES_BROKER__PREFETCH", "99")
+    monkeypatch.setenv("PIPELINES_NAMESPACE", "from-env")
+    changed = settings.with_overrides(broker={"queue_type": "classic"})
+    assert changed.broker.prefetch == 0
+    assert changed.namespace == "pipelines"
+
+
+def test_a_password_in_a_redis_url_query_is_masked_too() -> None:
+    assert mask_url(f"redis://cache:6379/0?password={SECRET}&db=1") == "redis://cache:6379/0?password=***&db=1"

@@ -1,0 +1,149 @@
+"""Compiling a pipeline tree: step ids, ancestor frames, entry steps and chain continuations."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from pipelines.composition import Chain, Node, Parallel, Step
+from pipelines.plan import ROOT, Frame, Leaf, Plan, compile_plan
+
+A, B, C, D, E = (Step(name) for name in ("a", "b", "c", "d", "e"))
+
+
+def ids(leaves: tuple[Leaf, ...]) -> list[str]:
+    return [leaf.node for leaf in leaves]
+
+
+def starts(plan: Plan) -> dict[str, list[str]]:
+    return {node: ids(leaves) for node, leaves in plan.starts.items()}
+
+
+NESTED = Chain((A, Parallel((B, Chain((C, D)))), E))
+
+
+def test_step_ids_are_paths_in_the_tree() -> None:
+    plan = compile_plan(NESTED)
+    assert [(leaf.node, leaf.actor_name) for leaf in plan.leaves] == [
+        ("0.0", "a"),
+        ("0.1.0", "b"),
+        ("0.1.1.0", "c"),
+        ("0.1.1.1", "d"),
+        ("0.2", "e"),
+    ]
+    assert all(leaf.node.startswith(ROOT + ".") for leaf in plan.leaves)
+
+
+def test_frames_list_the_ancestors_nearest_first_with_kind_index_and_count() -> None:
+    leaves = {leaf.node: leaf for leaf in compile_plan(NESTED).leaves}
+    assert leaves["0.1.1.1"].up == (
+        Frame("c", "0.1.1", 1, 2),
+        Frame("p", "0.1", 1, 2),
+        Frame("c", "0", 1, 3),
+    )
+    assert leaves["0.1.0"].up == (Frame("p", "0.1", 0, 2), Frame("c", "0", 1, 3))
+    assert leaves["0.0"].up == (Frame("c", "0", 0, 3),)
+    assert leaves["0.2"].up == (Frame("c", "0", 2, 3),)
+
+
+def test_a_leaf_keeps_the_actor_queue_and_bound_arguments_of_its_step() -> None:
+    step = Step("resize", "images", (256,), {"mode": "fit"}, {"pipe_ignore": True})
+    (leaf,) = compile_plan(Parallel((step,))).leaves
+    assert leaf == Leaf(
+        "0.0", "resize", "images", (256,), {"mode": "fit"}, {"pipe_ignore": True}, (Frame("p", "0", 0, 1),)
+    )
+
+
+def test_a_single_step_root_is_wrapped_in_a_chain_so_its_id_is_0_0() -> None:
+    plan = compile_plan(A)
+    assert ids(plan.leaves) == ["0.0"]
+    assert plan.leaves[0].up == (Frame("c", "0", 0, 1),)
+    assert plan.entry == plan.leaves
+    assert plan.starts == {}
+
+
+@pytest.mark.parametrize(
+    ("root", "entry"),
+    [
+        (A, ["0.0"]),
+        (Chain((A, B, C)), ["0.0"]),
+        (Parallel((A, B, C)), ["0.0", "0.1", "0.2"]),
+        (Chain((Parallel((A, B)), C)), ["0.0.0", "0.0.1"]),
+        (Parallel((Chain((A, B)), C)), ["0.0.0", "0.1"]),
+        (Parallel((Chain((Parallel((A, B)), C)), D)), ["0.0.0.0", "0.0.0.1", "0.1"]),
+        (NESTED, ["0.0"]),
+    ],
+    ids=["step", "chain", "parallel", "chain-of-parallel", "parallel-of-chains", "deep", "nested"],
+)
+def test_entry_steps_are_the_first_of_a_chain_and_every_member_of_a_parallel(root: Node, entry: list[str]) -> None:
+    assert ids(compile_plan(root).entry) == entry
+
+
+@pytest.mark.parametrize(
+    ("root", "expected"),
+    [
+        (A, {}),
+        (Parallel((A, B)), {}),
+        (Chain((A, B, C)), {"0.1": ["0.1"], "0.2": ["0.2"]}),
+        (NESTED, {"0.1": ["0.1.0", "0.1.1.0"], "0.1.1.1": ["0.1.1.1"], "0.2": ["0.2"]}),
+        (
+            Chain((Parallel((A, B)), Parallel((C, Chain((D, E)))))),
+            {"0.1": ["0.1.0", "0.1.1.0"], "0.1.1.1": ["0.1.1.1"]},
+        ),
+        (Parallel((Chain((A, B)), Chain((C, D)))), {"0.0.1": ["0.0.1"], "0.1.1": ["0.1.1"]}),
+    ],
+    ids=["step", "parallel", "chain", "nested", "chord-of-chords", "parallel-of-chains"],
+)
+def test_every_chain_child_after_the_first_starts_its_entry_leaves(root: Node, expected: dict[str, list[str]]) -> None:
+    assert starts(compile_plan(root)) == expected
+
+
+def test_continuations_hold_the_same_leaves_as_the_plan() -> None:
+    plan = compile_plan(NESTED)
+    for leaves in plan.starts.values():
+        assert set(ids(leaves)) <= set(ids(plan.leaves))
+        for leaf in leaves:
+            assert leaf in plan.leaves
+
+
+def test_the_first_child_of_a_chain_never_is_a_continuation() -> None:
+    plan = compile_plan(NESTED)
+    assert "0.0" not in plan.starts
+    assert "0.1.1.0" not in plan.starts
+
+
+@pytest.mark.parametrize(
+    "frame", [Frame("c", "0", 0, 1), Frame("p", "0.1.2", 3, 4)], ids=["chain-frame", "parallel-frame"]
+)
+def test_a_frame_survives_json(frame: Frame) -> None:
+    assert Frame.from_json(orjson.loads(orjson.dumps(frame.to_json()))) == frame
+
+
+def test_a_frame_is_a_compact_json_list() -> None:
+    assert Frame("p", "0.1", 1, 3).to_json() == ["p", "0.1", 1, 3]
+    assert Frame.from_json(["p", 0, "1", "3"]) == Frame("p", "0", 1, 3)
+
+
+def test_a_frame_of_an_unknown_kind_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown frame kind 'x'"):
+        Frame.from_json(["x", "0", 0, 1])
+
+
+def test_every_leaf_survives_json() -> None:
+    root = Chain((Step("charge", "billing", (1, "eur", [1, 2]), {"k": {"n": None}}, {"pipe_ignore": True}), NESTED))
+    for leaf in compile_plan(root).leaves:
+        data = orjson.loads(orjson.dumps(leaf.to_json()))
+        assert Leaf.from_json(data) == leaf
+
+
+def test_a_leaf_is_json_with_short_keys() -> None:
+    leaf = Leaf("0.1", "charge", "billing", (1,), {"k": 2}, {"o": 3}, (Frame("c", "0", 1, 2),))
+    assert leaf.to_json() == {
+        "node": "0.1",
+        "actor": "charge",
+        "queue": "billing",
+        "args": [1],
+        "kwargs": {"k": 2},
+        "options": {"o": 3},
+        "up": [["c", "0", 1, 2]],
+    }
