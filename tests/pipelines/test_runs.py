@@ -172,19 +172,40 @@ def test_nested_chain_with_fan_out_and_chord_gives_the_right_result(
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
+
+    @dramatiq.actor(broker=app.broker)
+    def scale(factor: int, values: list[int]) -> int:
+        ledger.record("scale")
+        return factor * sum(values)
+
     start_worker(app, threads=8)
 
+    # chain(a, fan_out(b, c), chord(group of 50, then=d), e)
     pipeline = chain(
         step(a["add"], 1),  # 2 + 1 = 3
         fan_out(a["double"], a["negate"]),  # [6, -3]
-        a["total"],  # 3
-        chord(group(step(a["add"], i) for i in range(50)), then=a["total"]),  # sum(i + 3) = 1375
-        a["negate"],  # -1375
+        chord(group(step(scale, i) for i in range(50)), then=a["total"]),  # sum(i * 3) = 3675
+        a["negate"],  # -3675
     )
     run = app.start(pipeline, args=(2,))
 
-    assert run.result(timeout_s=TIMEOUT_S) == -1375
-    assert ledger.calls == Counter({"add": 51, "double": 1, "negate": 2, "total": 2})
+    assert run.result(timeout_s=TIMEOUT_S) == -3675
+    assert ledger.calls == Counter({"add": 1, "double": 1, "negate": 2, "scale": 50, "total": 1})
+    assert len(run.status().steps) == 1 + 2 + 50 + 1 + 1
+
+
+def test_branches_and_members_can_themselves_be_chains(make_app: Any, start_worker: Any, ledger: Ledger) -> None:
+    app = make_app()
+    a = declare_arithmetic(app, ledger)
+    start_worker(app)
+
+    fanned = app.start(fan_out(chain(a["double"], a["negate"]), a["square"]), args=(3,))
+    grouped = app.start(
+        chord(group(chain(step(a["add"], i), a["double"]) for i in range(4)), then=a["total"]), args=(1,)
+    )
+
+    assert fanned.result(timeout_s=TIMEOUT_S) == [-6, 9]
+    assert grouped.result(timeout_s=TIMEOUT_S) == sum((i + 1) * 2 for i in range(4))
 
 
 def test_a_failing_step_fails_the_run_with_its_error_and_later_steps_never_run(
