@@ -3,7 +3,7 @@
 Before a step runs, its claim in the run store decides: run it, skip it (the run ended, or this is a
 duplicate of a finished step, whose continuation is re-driven if it never started), or put it off
 (another worker holds its lease). After it ran, the result is recorded and what follows is published;
-a failure is recorded, and fails the run once the retries are exhausted. Must come before ``Retries``
+a failure is recorded, and fails the run once the retries are exhausted. Must come before ``Backoff``
 in the middleware list, so that its ``after_process_message`` sees whether the failure was final.
 """
 
@@ -16,6 +16,8 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
+from middleware.deferral import put_off
+from pipelines.dead_letters import FAILURE_ATTRIBUTE
 from pipelines.errors import DefinitionError, PipelinesError, PublishError, ResultTooLarge, ServiceUnavailable
 from pipelines.runtime import Runtime, StepAddress
 
@@ -54,13 +56,13 @@ class PipelineSteps(Middleware):
         try:
             claim = self.runtime.claim(message, address)
         except ServiceUnavailable as e:
-            self._put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
+            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
             return
         if claim.kind == "busy":
-            self._put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
+            put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
         elif claim.kind == "done":
             self._redrive(broker, message, address)
         elif claim.kind == "missing":
@@ -70,25 +72,17 @@ class PipelineSteps(Middleware):
                 address.run_id,
                 message.message_id,
             )
-            message.fail()
+            self._fail(message, "run or step not in the run store")
         else:
             logger.info("Skipping step %s: run %s is %s.", address.node, address.run_id, claim.run_state)
         raise SkipMessage
-
-    def _put_off(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, delay_ms: int, why: str) -> None:
-        logger.warning("Putting off step message %s for %d ms: %s.", message.message_id, delay_ms, why)
-        try:
-            broker.enqueue(message._message, delay=max(delay_ms, 1))
-        except PipelinesError:
-            logger.exception("Could not put off %s; dead-lettering it instead.", message.message_id)
-            message.fail()
 
     def _redrive(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
         try:
             self.runtime.redrive(broker, message, address)  # type: ignore[arg-type]
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
-            message.fail()
+            self._fail(message, "could not advance the run")
 
     def after_process_message(
         self,
@@ -111,7 +105,7 @@ class PipelineSteps(Middleware):
             # The result may be recorded but what follows was not published: keep the message
             # (dead-lettered); a replay re-drives the continuation without running the step again.
             logger.exception("Could not advance run %s after step %s; dead-lettering.", address.run_id, address.node)
-            message.fail()
+            self._fail(message, "could not advance the run")
 
     def _complete(
         self,
@@ -125,3 +119,10 @@ class PipelineSteps(Middleware):
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
             self.runtime.fail(address, e, final=True)
+            message.stuff_exception(e)
+            self._fail(message, "permanent error")
+
+    @staticmethod
+    def _fail(message: dramatiq.broker.MessageProxy, why: str) -> None:
+        setattr(message, FAILURE_ATTRIBUTE, why)
+        message.fail()

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
-from middleware import PipelineSteps
+from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, PipelineSteps, Timeout
+from middleware.backoff import import_exceptions
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Node, as_node
 from pipelines.config import Settings, load_settings
@@ -37,23 +38,39 @@ SCHEDULE_SKIP_DELAY_S = 30
 def build_middleware(settings: Settings, runtime: Runtime) -> list[dramatiq.Middleware]:
     """The middleware of every broker, in order.
 
-    ``before_*`` hooks run top to bottom, ``after_*`` hooks bottom to top. ``PipelineSteps`` comes
-    before ``Retries`` so that, after a failure, it sees whether ``Retries`` gave up (a final failure
-    fails the run) or scheduled another attempt. Dramatiq's own defaults stay, so its ``pipeline``,
-    ``on_success``/``on_failure`` callbacks and time limits keep working.
+    ``before_*`` hooks run top to bottom, ``after_*`` hooks bottom to top, so:
+
+    - ``CorrelationId`` is first: its context is set before any other hook logs, and cleared last.
+    - ``Timeout`` comes before Dramatiq's ``TimeLimit``, which enforces the limit it sets.
+    - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
+      ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
+      released) or scheduled another attempt.
+    - ``DeadLetter`` only acts just before a rejection, which comes after every other hook.
+
+    Dramatiq's ``Callbacks`` and ``Pipelines`` stay, so its ``pipeline()`` and ``on_success``/
+    ``on_failure`` keep working; ``Backoff`` replaces its ``Retries`` (same actor options).
     """
     return [
+        CorrelationId(logging=settings.logging),
         AgeLimit(),
+        Timeout(default_s=settings.worker.time_limit_s, consumer_timeout_s=settings.broker.consumer_timeout_s),
         TimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
         ShutdownNotifications(),
         Callbacks(),
         Pipelines(),
-        PipelineSteps(runtime=runtime),
-        Retries(
-            max_retries=settings.retries.max_retries,
-            min_backoff=int(settings.retries.min_backoff_s * 1000),
-            max_backoff=int(settings.retries.max_backoff_s * 1000),
+        Idempotency(
+            store=runtime.store,
+            lease_s=settings.store.step_lease_s,
+            retention_s=settings.store.idempotency_retention_s,
         ),
+        PipelineSteps(runtime=runtime),
+        Backoff(
+            max_retries=settings.retries.max_retries,
+            min_backoff_ms=int(settings.retries.min_backoff_s * 1000),
+            max_backoff_ms=int(settings.retries.max_backoff_s * 1000),
+            permanent=import_exceptions(settings.retries.permanent_errors),
+        ),
+        DeadLetter(),
         PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
     ]
 
@@ -83,14 +100,23 @@ class App:
         kwargs: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
+        deadline_s: float | None = None,
     ) -> Run:
         """Start a run of a pipeline built on the spot (see ``Node.run_with_options``)."""
         run_id, created = self.runtime.start(
-            self.broker, as_node(node), args=args, kwargs=kwargs, name=name, idempotency_key=idempotency_key
+            self.broker,
+            as_node(node),
+            args=args,
+            kwargs=kwargs,
+            name=name,
+            idempotency_key=idempotency_key,
+            deadline_s=deadline_s,
         )
         return Run(run_id, store=self.store, created=created)
 
-    def run(self, name: str, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> Run:
+    def run(
+        self, name: str, *args: Any, idempotency_key: str | None = None, deadline_s: float | None = None, **kwargs: Any
+    ) -> Run:
         """Start the pipeline registered as ``name``.
 
         Raises:
@@ -102,12 +128,14 @@ class App:
             known = ", ".join(sorted(self.pipelines)) or "none"
             raise UnknownPipeline(f"No pipeline is registered as {name!r} (registered: {known}).") from None
         if isinstance(entry, Node):
-            return self.start(entry, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
+            return self.start(
+                entry, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name, deadline_s=deadline_s
+            )
         try:
             inspect.signature(entry).bind(*args, **kwargs)
         except TypeError as e:
             raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
-        return self.start(entry(*args, **kwargs), idempotency_key=idempotency_key, name=name)
+        return self.start(entry(*args, **kwargs), idempotency_key=idempotency_key, name=name, deadline_s=deadline_s)
 
     def run_for_key(self, idempotency_key: str) -> Run | None:
         """The run an idempotency key started, if it is still retained."""

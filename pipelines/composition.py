@@ -42,6 +42,7 @@ class Node:
         kwargs: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
+        deadline_s: float | None = None,
         app: App | None = None,
     ) -> Run:
         """Start a run with options.
@@ -51,10 +52,13 @@ class Node:
             kwargs: Keyword arguments merged into those of the first step(s).
             idempotency_key: A second start with the same key returns the first run.
             name: Name recorded on the run (registered pipelines pass theirs).
+            deadline_s: After this many seconds no further step starts and the run fails.
             app: The app to run on; defaults to the one ``pipelines.configure()`` set up.
         """
         target = app or current_app()
-        return target.start(self, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name)
+        return target.start(
+            self, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name, deadline_s=deadline_s
+        )
 
 
 @dataclass(frozen=True)

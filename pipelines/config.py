@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -76,6 +77,7 @@ class BrokerConfig(_Section):
     max_message_bytes: int = Field(default=1_048_576, gt=0, le=134_217_728)
     delivery_limit: int = Field(default=20, ge=1)
     delay_tiers_s: tuple[float, ...] = (0.1, 1.0, 5.0, 30.0, 300.0, 1800.0, 7200.0, 21600.0)
+    consumer_timeout_s: int = Field(default=1800, ge=1)
     tls: TlsConfig = TlsConfig()
 
     @field_validator("url")
@@ -102,6 +104,7 @@ class StoreConfig(_Section):
     retention_s: int = Field(default=7 * 86400, ge=60)
     max_result_bytes: int = Field(default=1_048_576, gt=0)
     step_lease_s: float = Field(default=660.0, gt=0)
+    idempotency_retention_s: int = Field(default=7 * 86400, ge=1)
 
     @field_validator("url")
     @classmethod
@@ -119,12 +122,31 @@ class RetriesConfig(_Section):
     max_retries: int = Field(default=5, ge=0)
     min_backoff_s: float = Field(default=1.0, gt=0)
     max_backoff_s: float = Field(default=300.0, gt=0)
+    permanent_errors: tuple[str, ...] = ("pydantic.ValidationError", "pipelines.errors.DefinitionError")
+
+    @field_validator("permanent_errors")
+    @classmethod
+    def _importable(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            module, _, attribute = name.rpartition(".")
+            if not module or not attribute.isidentifier():
+                raise ValueError(
+                    f"expected dotted names of exception classes, such as 'pydantic.ValidationError', not {name!r}"
+                )
+        return names
 
 
 class WorkerConfig(_Section):
     """Defaults for work done by actors."""
 
     time_limit_s: float = Field(default=600.0, gt=0)
+
+
+class LoggingConfig(_Section):
+    """Log lines of worker processes: every line carries correlation id, run id, message id, actor, attempt."""
+
+    format: Literal["json", "text"] = "json"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class TelemetryConfig(_Section):
@@ -156,6 +178,7 @@ class Settings(BaseSettings):
     store: StoreConfig = StoreConfig()
     retries: RetriesConfig = RetriesConfig()
     worker: WorkerConfig = WorkerConfig()
+    logging: LoggingConfig = LoggingConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     metrics: MetricsConfig = MetricsConfig()
 
@@ -225,10 +248,18 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def mask_text(text: str) -> str:
+    """``text`` with every URL in it masked (log lines, error messages)."""
+    return _URL_IN_TEXT.sub(lambda match: mask_url(match.group(0)), text) if "://" in text else text
+
+
 def mask_secrets(value: Any) -> Any:
     """``value`` with :func:`mask_url` applied to every string in it that looks like a URL."""
     if isinstance(value, str):
-        return mask_url(value) if "://" in value else value
+        return mask_text(value)
     if isinstance(value, dict):
         return {key: mask_secrets(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -88,6 +88,16 @@ def run_key(namespace: str, run_id: str) -> str:
     return f"{namespace}:run:{run_id}"
 
 
+def idempotency_record_key(namespace: str, key: str) -> str:
+    """Run-store key recording that a standalone actor's idempotency key is held or done."""
+    return f"{namespace}:idem:{key}"
+
+
+def once_key(namespace: str, key: str) -> str:
+    """Run-store key marking that something (a replay) happened once."""
+    return f"{namespace}:once:{key}"
+
+
 def run_idempotency_key(namespace: str, key: str) -> str:
     """Run-store key that maps a caller's idempotency key to the run it started."""
     return f"{namespace}:run-key:{key}"

@@ -19,6 +19,29 @@ ETA: Final = "eta"
 #: Message option: the name of the registered pipeline a step belongs to.
 PIPELINE: Final = "pipeline_name"
 
+#: Message option: the correlation id every message enqueued while handling this one inherits.
+CORRELATION: Final = "correlation_id"
+#: Message option (Dramatiq's own): how many times the message was retried so far.
+RETRIES: Final = "retries"
+#: Message option (Dramatiq's own): an excerpt of the last failure's traceback.
+TRACEBACK: Final = "traceback"
+#: Message option (Dramatiq's own): the time limit of this message, in milliseconds.
+TIME_LIMIT: Final = "time_limit"
+#: Message option: the dead letter this message was replayed from.
+REPLAYED_FROM: Final = "replayed_from"
+
+#: Actor/message option: the key that makes a standalone actor's message run once (a string, or a
+#: callable given the actor's arguments).
+IDEMPOTENCY_KEY: Final = "idempotency_key"
+#: Actor option: longest a call may run, in seconds (default: ``[worker] time_limit_s``).
+TIMEOUT: Final = "timeout_s"
+#: Actor/message options (Dramatiq's own): the retry policy.
+MAX_RETRIES: Final = "max_retries"
+MIN_BACKOFF: Final = "min_backoff"
+MAX_BACKOFF: Final = "max_backoff"
+THROWS: Final = "throws"
+RETRY_WHEN: Final = "retry_when"
+
 #: Actor option: topic patterns (``order.*``, ``#``) whose events the actor receives.
 SUBSCRIBE: Final = "subscribe"
 #: Actor/message option (Dramatiq's own): do not append the previous step's result to the arguments.

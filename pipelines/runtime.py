@@ -22,6 +22,7 @@ from pipelines import options as opt
 from pipelines.broker import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
+from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
 from pipelines.plan import Frame, Leaf, compile_plan
@@ -159,8 +160,13 @@ class Runtime:
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
         idempotency_key: str | None = None,
+        deadline_s: float | None = None,
     ) -> tuple[str, bool]:
         """Record a run of ``node`` and publish its first steps.
+
+        The run's correlation id is the caller's (``pipelines.correlation``, or the message being
+        processed), else a new one; every message of the run carries it. After ``deadline_s`` seconds
+        no further step starts and the run fails with "deadline exceeded".
 
         Returns:
             (run id, created): ``created`` is False when ``idempotency_key`` already started a run.
@@ -182,7 +188,10 @@ class Runtime:
         _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
         run_id = uuid.uuid4().hex
         pipeline = name or "adhoc"
+        correlation_id = current_correlation_id() or new_correlation_id()
         messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
+        for message in messages:
+            message.options[opt.CORRELATION] = correlation_id
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
@@ -190,6 +199,8 @@ class Runtime:
             starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()},
             entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
             idempotency_key=idempotency_key,
+            correlation_id=correlation_id,
+            deadline_s=deadline_s,
         )
         run_id, created = self.store.create_run(record)
         if not created:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -32,8 +33,9 @@ from pipelines.broker.common import TopologyCache, check_size, event_message, va
 from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
+from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, now_iso, reason_for
 from pipelines.delivery import UnresolvableMessage, resolve
-from pipelines.errors import BrokerUnavailable, DefinitionError, Unroutable
+from pipelines.errors import BrokerUnavailable, DefinitionError, MessageTooLarge, PipelinesError, Unroutable
 from pipelines.routing import route_of
 from pipelines.topology import DELAY_TIER_HEADER, Topology
 
@@ -240,6 +242,11 @@ class ExchangeBroker(RabbitmqBroker):
             self.ensure_topology()
             redeclared = True
 
+    def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
+        """Publish a message's body to ``queue``'s dead-letter queue with ``reason`` in its headers."""
+        exchange = naming.dead_letter_exchange(self.namespace)
+        self._publish([Outgoing(exchange, queue, body, message_id, reason.to_headers())])
+
     def publish_event(
         self, topic: str, payload: Any, *, options: dict[str, Any] | None = None
     ) -> dramatiq.Message[Any]:
@@ -322,11 +329,22 @@ def _ssl_options(config: BrokerConfig) -> pika.SSLOptions:
 class _Delivery(dramatiq.broker.MessageProxy):
     """A message as one consumer received it: its delivery tag is only valid on that consumer's channel."""
 
-    def __init__(self, message: dramatiq.Message[Any], *, tag: int, redelivered: bool, consumer: _GroupConsumer):
+    def __init__(
+        self,
+        message: dramatiq.Message[Any],
+        *,
+        tag: int,
+        redelivered: bool,
+        consumer: _GroupConsumer,
+        queue: str,
+        routing_key: str,
+    ) -> None:
         super().__init__(message)
         self.tag = tag
         self.redelivered = redelivered
         self.consumer = consumer
+        self.queue = queue
+        self.routing_key = routing_key
 
 
 class _GroupConsumer(dramatiq.broker.Consumer):
@@ -340,6 +358,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         self.timeout_s = timeout_ms / 1000
         self._ready: deque[tuple[Any, Any, bytes]] = deque()
         self._actors_by_tag: dict[str, str] = {}
+        self._queues_by_tag: dict[str, str] = {}
         try:
             self.connection = pika.BlockingConnection(broker.parameters)
             self.channel = self.connection.channel()
@@ -347,6 +366,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
             for queue, actor in queues.items():
                 tag = self.channel.basic_consume(queue, self._on_delivery)
                 self._actors_by_tag[tag] = actor
+                self._queues_by_tag[tag] = queue
         except CONNECTION_ERRORS as e:
             if getattr(e, "reply_code", None) == 404:
                 broker.forget_declarations()
@@ -365,13 +385,23 @@ class _GroupConsumer(dramatiq.broker.Consumer):
             raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
         if not self._ready:
             return None
-        method, _properties, body = self._ready.popleft()
+        method, properties, body = self._ready.popleft()
         actor = self._actors_by_tag[method.consumer_tag]
+        queue = self._queues_by_tag[method.consumer_tag]
         try:
-            message = resolve(decode_message(body), actor_name=actor, queue_name=self.queue_name)
-        except (MalformedMessage, UnresolvableMessage) as e:
-            logger.error("Rejecting a message on the queue of %r to its dead-letter queue: %s.", actor, e)
-            self._settle(self.channel.basic_nack, method.delivery_tag, requeue=False)
+            message = self._message_from(body, actor)
+        except (MalformedMessage, UnresolvableMessage, MessageTooLarge) as e:
+            logger.error("Dead-lettering a message on the queue of %r: %s.", actor, e)
+            reason = DeadLetterReason(
+                reason="malformed message" if not isinstance(e, MessageTooLarge) else "message too large",
+                error_type=type(e).__name__,
+                error=str(e),
+                actor=actor,
+                queue=queue,
+                routing_key=method.routing_key,
+                at=now_iso(),
+            )
+            self._dead_letter(method.delivery_tag, body, getattr(properties, "message_id", None) or "", reason, queue)
             return None
         eta = message.options.get(opt.ETA)
         if eta is not None:
@@ -382,7 +412,31 @@ class _GroupConsumer(dramatiq.broker.Consumer):
                 self._settle(self.channel.basic_ack, method.delivery_tag)
                 return None
             message = dramatiq.Message(**{**message.asdict(), "options": options})
-        return _Delivery(message, tag=method.delivery_tag, redelivered=method.redelivered, consumer=self)
+        return _Delivery(
+            message,
+            tag=method.delivery_tag,
+            redelivered=method.redelivered,
+            consumer=self,
+            queue=queue,
+            routing_key=method.routing_key,
+        )
+
+    def _message_from(self, body: bytes, actor: str) -> dramatiq.Message[Any]:
+        """The message ``actor`` runs for this body (raises what makes it a dead letter)."""
+        if len(body) > self.broker.config.max_message_bytes:
+            raise MessageTooLarge(f"body is {len(body)} bytes, over broker.max_message_bytes")
+        return resolve(decode_message(body), actor_name=actor, queue_name=self.queue_name)
+
+    def _dead_letter(self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason, queue: str) -> None:
+        """Publish to the dead-letter exchange with the reason, then acknowledge; if that publish fails,
+        reject instead, so RabbitMQ dead-letters it (without our reason) and nothing is lost."""
+        try:
+            self.broker.dead_letter(body, message_id=message_id, reason=reason, queue=queue)
+        except PipelinesError:
+            logger.exception("Could not dead-letter %s with its reason; rejecting it instead.", message_id)
+            self._settle(self.channel.basic_nack, tag, requeue=False)
+            return
+        self._settle(self.channel.basic_ack, tag)
 
     def _settle(self, operation: Any, tag: int, **kwargs: Any) -> None:
         try:
@@ -398,7 +452,11 @@ class _GroupConsumer(dramatiq.broker.Consumer):
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
         if isinstance(message, _Delivery) and message.consumer is self:
-            self._settle(self.channel.basic_nack, message.tag, requeue=False)
+            reason: DeadLetterReason = getattr(message, REASON_ATTRIBUTE, None) or reason_for(
+                message, reason="rejected", exception=message._exception
+            )
+            reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
+            self._dead_letter(message.tag, encode_message(message._message), message.message_id, reason, message.queue)
         else:
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
 

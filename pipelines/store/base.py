@@ -39,6 +39,9 @@ class NewRun:
     entries: Mapping[str, Sequence[str]]
     """Chain continuations: step id → ids of those leaves."""
     idempotency_key: str | None = None
+    correlation_id: str | None = None
+    deadline_s: float | None = None
+    """Seconds from creation after which no further step starts and the run fails."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class RunStatus:
     result_json: str | None = None
     error: str | None = None
     failed_step: str | None = None
+    correlation_id: str | None = None
     steps: tuple[StepStatus, ...] = field(default_factory=tuple)
 
     @property
@@ -105,6 +109,10 @@ class Claim:
     attempt: int = 0
     wait_ms: int = 0
     run_state: str | None = None
+
+
+KeyClaimKind = Literal["run", "done", "busy"]
+ReopenKind = Literal["reopened", "done", "stopped", "missing"]
 
 
 AdvanceKind = Literal["start", "waiting", "done", "duplicate", "stopped", "missing"]
@@ -167,6 +175,21 @@ class RunStore(Protocol):
         on_change: Callable[[RunStatus], None] | None = None,
     ) -> RunStatus | None:
         """Block until the run ends or ``timeout_s`` passes (no polling); returns the latest snapshot."""
+
+    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
+        """Let a dead-lettered step run again in its run (a failed run runs again); (outcome, run state)."""
+
+    def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
+        """Claim an idempotency key: ("run", 0), ("done", 0) or ("busy", ms the lease has left)."""
+
+    def finish_key(self, key: str, *, retention_s: int) -> None:
+        """Remember ``key`` as done for ``retention_s``: later messages with it are skipped."""
+
+    def release_key(self, key: str, *, holder: str) -> None:
+        """Give up a claim after a failure (if ``holder`` still holds it), so a retry may claim it."""
+
+    def mark_once(self, key: str, *, retention_s: int) -> bool:
+        """True the first time ``key`` is marked within ``retention_s`` (replays, for instance)."""
 
     def ping(self) -> None:
         """Raise StoreUnavailable if the store does not answer."""

@@ -17,7 +17,9 @@ from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
     Claim,
+    KeyClaimKind,
     NewRun,
+    ReopenKind,
     RunState,
     RunStatus,
     StepState,
@@ -57,6 +59,16 @@ class _Run:
     failed_step: str | None = None
     results: dict[str, str] = field(default_factory=dict)
     barriers: dict[str, dict[int, str]] = field(default_factory=dict)
+    correlation_id: str | None = None
+    deadline_at_ms: int | None = None
+
+    def past_deadline(self, node: str) -> bool:
+        """Fail the run if its deadline passed (mirrors the scripts' deadline check)."""
+        now = _now_ms()
+        if self.deadline_at_ms is None or now <= self.deadline_at_ms or self.state not in ("pending", "running"):
+            return False
+        self.state, self.error, self.failed_step, self.finished_at_ms = "failed", "deadline exceeded", node, now
+        return True
 
 
 class MemoryRunStore:
@@ -66,6 +78,8 @@ class MemoryRunStore:
         self._retention_ms = retention_s * 1000
         self._runs: dict[str, _Run] = {}
         self._keys: dict[str, str] = {}
+        self._records: dict[str, tuple[str, int]] = {}
+        """idempotency records and once-marks: key → (value, expiry in epoch ms)."""
         self._changed = threading.Condition()
 
     def _live(self, run_id: str) -> _Run | None:
@@ -93,6 +107,8 @@ class MemoryRunStore:
                 steps={node: _Step(actor) for node, actor in run.steps},
                 starts=dict(run.starts),
                 entries=dict(run.entries),
+                correlation_id=run.correlation_id,
+                deadline_at_ms=_now_ms() + round(run.deadline_s * 1000) if run.deadline_s else None,
             )
             return run.run_id, True
 
@@ -108,6 +124,8 @@ class MemoryRunStore:
             if run is None or step is None:
                 return Claim("missing")
             now = _now_ms()
+            if run.past_deadline(node):
+                self._changed.notify_all()
             if run.state not in ("pending", "running"):
                 if step.state in ("pending", "retrying"):
                     step.state = "skipped"
@@ -168,6 +186,9 @@ class MemoryRunStore:
                     child = f"{frame.node}.{frame.index + 1}"
                     if redrive and self._started(run, child):
                         return Advance("duplicate")
+                    if run.past_deadline(node):
+                        self._touch(run)
+                        return Advance("stopped")
                     return Advance("start", node=child, value_json=value, leaves_json=run.starts.get(child, "[]"))
                 continue
             barrier = run.barriers.setdefault(frame.node, {})
@@ -249,6 +270,62 @@ class MemoryRunStore:
                 self._changed.wait(remaining)
             return _snapshot(run) if run else None
 
+    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
+        with self._changed:
+            run = self._live(run_id)
+            step = run.steps.get(node) if run else None
+            if run is None or step is None:
+                return "missing", None
+            if step.state == "succeeded":
+                return "done", run.state
+            if run.state == "failed":
+                run.state, run.error, run.failed_step, run.finished_at_ms, run.deadline_at_ms = (
+                    "running",
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            elif run.state not in ("pending", "running"):
+                return "stopped", run.state
+            step.state, step.error, step.lease_until_ms, step.finished_at_ms = "retrying", None, None, None
+            self._touch(run)
+            return "reopened", run.state
+
+    def _record(self, key: str) -> str | None:
+        value = self._records.get(key)
+        if value is None or value[1] <= _now_ms():
+            self._records.pop(key, None)
+            return None
+        return value[0]
+
+    def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
+        with self._changed:
+            value = self._record(key)
+            if value == "done":
+                return "done", 0
+            if value is not None:
+                return "busy", self._records[key][1] - _now_ms()
+            self._records[key] = (f"held:{holder}", _now_ms() + lease_ms)
+            return "run", 0
+
+    def finish_key(self, key: str, *, retention_s: int) -> None:
+        with self._changed:
+            self._records[key] = ("done", _now_ms() + retention_s * 1000)
+
+    def release_key(self, key: str, *, holder: str) -> None:
+        with self._changed:
+            if self._record(key) == f"held:{holder}":
+                del self._records[key]
+
+    def mark_once(self, key: str, *, retention_s: int) -> bool:
+        with self._changed:
+            once = f"once:{key}"
+            if self._record(once) is not None:
+                return False
+            self._records[once] = ("1", _now_ms() + retention_s * 1000)
+            return True
+
     def ping(self) -> None:
         """Always answers."""
 
@@ -279,5 +356,6 @@ def _snapshot(run: _Run) -> RunStatus:
         "result_json": run.result_json,
         "error": run.error,
         "failed_step": run.failed_step,
+        "correlation_id": run.correlation_id,
     }
     return replace(RunStatus(**fields), steps=steps)

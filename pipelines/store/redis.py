@@ -19,13 +19,15 @@ import redis
 
 from pipelines.config import mask_url
 from pipelines.errors import StoreUnavailable
-from pipelines.naming import run_idempotency_key, run_key
+from pipelines.naming import idempotency_record_key, once_key, run_idempotency_key, run_key
 from pipelines.plan import Frame
 from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
     Claim,
+    KeyClaimKind,
     NewRun,
+    ReopenKind,
     RunState,
     RunStatus,
     StepState,
@@ -66,6 +68,9 @@ class RedisRunStore:
         self._complete = self._redis.register_script(_script("complete"))
         self._fail = self._redis.register_script(_script("fail"))
         self._finish = self._redis.register_script(_script("finish"))
+        self._reopen = self._redis.register_script(_script("reopen"))
+        self._key_claim = self._redis.register_script(_script("key_claim"))
+        self._key_release = self._redis.register_script(_script("key_release"))
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -89,6 +94,8 @@ class RedisRunStore:
             run.idempotency_key or "",
             len(run.steps),
             len(run.starts),
+            run.correlation_id or "",
+            round((run.deadline_s or 0) * 1000),
         ]
         for node, actor in run.steps:
             args += [node, orjson.dumps({"a": actor, "s": "pending"})]
@@ -192,6 +199,31 @@ class RedisRunStore:
                 pubsub.close()
         return self.get_run(run_id)
 
+    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
+        with self._answering():
+            reply = cast(list[Any], self._reopen(keys=[self._key(run_id)], args=[node, self._retention_ms]))
+        return cast(ReopenKind, _text(reply[0])), _text(reply[1]) if len(reply) > 1 else None
+
+    def _idempotency_key(self, key: str) -> str:
+        return idempotency_record_key(self._namespace, key)
+
+    def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
+        with self._answering():
+            reply = cast(list[Any], self._key_claim(keys=[self._idempotency_key(key)], args=[holder, lease_ms]))
+        return cast(KeyClaimKind, _text(reply[0])), int(reply[1]) if len(reply) > 1 else 0
+
+    def finish_key(self, key: str, *, retention_s: int) -> None:
+        with self._answering():
+            self._redis.set(self._idempotency_key(key), "done", ex=retention_s)
+
+    def release_key(self, key: str, *, holder: str) -> None:
+        with self._answering():
+            self._key_release(keys=[self._idempotency_key(key)], args=[holder])
+
+    def mark_once(self, key: str, *, retention_s: int) -> bool:
+        with self._answering():
+            return bool(self._redis.set(once_key(self._namespace, key), "1", nx=True, ex=retention_s))
+
     def ping(self) -> None:
         with self._answering():
             self._redis.ping()
@@ -243,5 +275,6 @@ def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatu
         result_json=field("result"),
         error=field("error"),
         failed_step=field("failed_step"),
+        correlation_id=field("correlation_id"),
         steps=tuple(step_list),
     )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
-from middleware import PipelineSteps
+from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, PipelineSteps, Timeout
 from pipelines.app import build_app, build_middleware
 from pipelines.runtime import Runtime
 from pipelines.store import MemoryRunStore
@@ -19,20 +19,24 @@ ROOT = Path(__file__).resolve().parents[2]
 TOP = {"pipelines", "pipelines.app", "pipelines.cli", "pipelines.demo", "pipelines.testing"}
 
 
-def test_the_middleware_run_in_one_documented_order_with_steps_before_retries() -> None:
+def test_the_middleware_run_in_one_documented_order() -> None:
     settings = embedded_settings()
     runtime = Runtime(store=MemoryRunStore(retention_s=60), lease_s=1, max_result_bytes=1)
 
     order = [type(m) for m in build_middleware(settings, runtime)]
 
     assert order == [
+        CorrelationId,
         AgeLimit,
+        Timeout,
         TimeLimit,
         ShutdownNotifications,
         Callbacks,
         Pipelines,
+        Idempotency,
         PipelineSteps,
-        Retries,
+        Backoff,
+        DeadLetter,
         PeriodiqMiddleware,
     ]
 
@@ -43,10 +47,10 @@ def test_retry_and_time_limit_defaults_come_from_the_config_in_milliseconds() ->
     )
 
     app = build_app(settings)
-    retries = next(m for m in app.broker.middleware if isinstance(m, Retries))
+    backoff = next(m for m in app.broker.middleware if isinstance(m, Backoff))
     time_limit = next(m for m in app.broker.middleware if isinstance(m, TimeLimit))
 
-    assert (retries.max_retries, retries.min_backoff, retries.max_backoff) == (3, 500, 9000)
+    assert (backoff.max_retries, backoff.min_backoff_ms, backoff.max_backoff_ms) == (3, 500, 9000)
     assert time_limit.time_limit == 12000
 
 

@@ -10,6 +10,12 @@ if not raw then return {'missing'} end
 local step = cjson.decode(raw)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(redis.call('HGET', run, 'deadline_at') or '0')
+if deadline > 0 and now > deadline and (status == 'pending' or status == 'running') then
+  status = 'failed'
+  redis.call('HSET', run, 'status', status, 'error', 'deadline exceeded', 'failed_step', ARGV[1], 'finished_at', now)
+  redis.call('PUBLISH', run, status)
+end
 if status ~= 'pending' and status ~= 'running' then
   if step.s == 'pending' or step.s == 'retrying' then
     step.s = 'skipped'

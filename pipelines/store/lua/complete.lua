@@ -51,12 +51,23 @@ local function already_started(child)
   return true
 end
 
+local deadline = tonumber(redis.call('HGET', run, 'deadline_at') or '0')
+local function past_deadline()
+  if deadline > 0 and now > deadline then
+    redis.call('HSET', run, 'status', 'failed', 'error', 'deadline exceeded', 'failed_step', node, 'finished_at', now)
+    redis.call('PUBLISH', run, 'failed')
+    return true
+  end
+  return false
+end
+
 for _, frame in ipairs(frames) do
   local kind, parent, index, count = frame[1], frame[2], frame[3], frame[4]
   if kind == 'c' then
     if index < count - 1 then
       local child = parent .. '.' .. (index + 1)
       if redrive and already_started(child) then return {'duplicate'} end
+      if past_deadline() then return {'stopped', 'failed'} end
       return {'start', child, value, redis.call('HGET', run .. ':starts', child)}
     end
   else

@@ -1,0 +1,28 @@
+"""Records why a message is dead-lettered, for the broker to carry into the dead-letter queue.
+
+Every failed message is rejected by the worker (Dramatiq nacks it); just before that, this middleware
+leaves a :class:`~pipelines.dead_letters.DeadLetterReason` on the message: the failure (retries
+exhausted, permanent error, unknown actor, ...), the error's type, text and traceback excerpt, the
+attempts, the actor, the correlation id, the run and step, the time. The RabbitMQ broker publishes the
+message with those headers to the dead-letter exchange and acknowledges it; the memory broker keeps the
+reason with the dead letter.
+"""
+
+from __future__ import annotations
+
+import dramatiq
+from dramatiq.errors import ActorNotFound
+from dramatiq.middleware import Middleware
+
+from pipelines.dead_letters import FAILURE_ATTRIBUTE, REASON_ATTRIBUTE, reason_for
+
+
+class DeadLetter(Middleware):
+    """Leaves the reason of every rejection on the message (see the module docstring)."""
+
+    def before_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        exception = message._exception
+        why = getattr(message, FAILURE_ATTRIBUTE, None)
+        if why is None:
+            why = "unknown actor" if isinstance(exception, ActorNotFound) else "rejected"
+        setattr(message, REASON_ATTRIBUTE, reason_for(message, reason=why, exception=exception))

@@ -1,0 +1,25 @@
+"""Putting a message off: enqueue a copy with a delay and let the original go."""
+
+from __future__ import annotations
+
+import logging
+
+import dramatiq
+
+from pipelines.errors import PipelinesError
+
+logger = logging.getLogger(__name__)
+
+
+def put_off(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, delay_ms: int, why: str) -> None:
+    """Enqueue ``message`` again after ``delay_ms``; if that fails, fail it (it is dead-lettered, not lost).
+
+    The caller raises ``SkipMessage`` afterwards, so the original delivery is acknowledged (or, failed,
+    dead-lettered).
+    """
+    logger.info("Putting off %s for %d ms: %s.", message.message_id, delay_ms, why)
+    try:
+        broker.enqueue(message._message, delay=max(delay_ms, 1))
+    except PipelinesError:
+        logger.exception("Could not put off %s; dead-lettering it instead.", message.message_id)
+        message.fail()

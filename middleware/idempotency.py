@@ -1,0 +1,103 @@
+"""Runs a standalone actor's message once per idempotency key.
+
+An actor declares ``idempotency_key`` (a string, or a callable given the message's arguments, such
+as ``lambda order_id, **_: f"charge-{order_id}"``); a message can carry its own. Before the message
+runs, its key is claimed in the run store under a lease: a key already done is skipped (acknowledged,
+counted, logged once), a key held by another worker is put off until that worker finishes or its lease
+lapses. The key is recorded done only after success, so a failure leaves it free for the retry.
+Pipeline steps are keyed by their run and step already (``PipelineSteps``) and are left alone here.
+
+A worker killed between an actor's side effect and the completion record re-runs the message once its
+lease lapses: make the effect itself keyed (a unique constraint, an upsert) for exactly-once effects.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+
+from middleware.deferral import put_off
+from pipelines import options as opt
+from pipelines.errors import ServiceUnavailable
+from pipelines.store.base import RunStore
+
+logger = logging.getLogger(__name__)
+
+#: Longest a message whose key another worker holds waits before it looks again, in ms.
+BUSY_RECHECK_MS = 30_000
+#: Delay before a message whose key could not be checked (store down) is tried again, in ms.
+STORE_DOWN_RETRY_DELAY_MS = 5000
+#: Proxy attribute holding this delivery's claim: (key, holder token).
+_CLAIM = "idempotency_claim"
+
+
+class Idempotency(Middleware):
+    """Claims, records and releases idempotency keys (see the module docstring)."""
+
+    def __init__(self, *, store: RunStore, lease_s: float, retention_s: int) -> None:
+        self.store = store
+        self.lease_ms = int(lease_s * 1000)
+        self.retention_s = retention_s
+        self.duplicates_skipped = 0
+
+    @property
+    def actor_options(self) -> set[str]:
+        return {opt.IDEMPOTENCY_KEY}
+
+    def key_of(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> str | None:
+        """The message's key, prefixed by its actor's name; None when it has none (or is a pipeline step)."""
+        if opt.STEP in message.options:
+            return None
+        key: str | Callable[..., Any] | None = message.options.get(opt.IDEMPOTENCY_KEY)
+        if key is None:
+            key = broker.get_actor(message.actor_name).options.get(opt.IDEMPOTENCY_KEY)
+        if callable(key):
+            key = key(*message.args, **message.kwargs)
+        return None if key is None else f"{message.actor_name}:{key}"
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        key = self.key_of(broker, message)
+        if key is None:
+            return
+        holder = uuid.uuid4().hex
+        try:
+            outcome, wait_ms = self.store.claim_key(key, holder=holder, lease_ms=self.lease_ms)
+        except ServiceUnavailable as e:
+            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
+            raise SkipMessage from None
+        if outcome == "run":
+            setattr(message, _CLAIM, (key, holder))
+            return
+        if outcome == "done":
+            self.duplicates_skipped += 1
+            logger.info("Skipping %s: idempotency key %r is done already.", message.message_id, key)
+        else:
+            put_off(broker, message, min(wait_ms, BUSY_RECHECK_MS), f"another worker holds key {key!r}")
+        raise SkipMessage
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        claim: tuple[str, str] | None = getattr(message, _CLAIM, None)
+        if claim is None:
+            return
+        key, holder = claim
+        try:
+            if exception is None:
+                self.store.finish_key(key, retention_s=self.retention_s)
+            else:
+                self.store.release_key(key, holder=holder)
+        except ServiceUnavailable:
+            # Not recorded: a redelivery may run again once the lease lapses; the message itself is
+            # settled as usual. Failing it here would dead-letter work that succeeded.
+            logger.exception("Could not record idempotency key %r of %s.", key, message.message_id)

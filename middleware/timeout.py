@@ -1,0 +1,57 @@
+"""Per-actor timeouts, checked against RabbitMQ's consumer timeout when actors are declared.
+
+An actor's ``timeout_s`` (or Dramatiq's ``time_limit`` in ms; default ``[worker] time_limit_s``)
+becomes the message's time limit, which Dramatiq's ``TimeLimit`` enforces by raising
+``TimeLimitExceeded`` in the actor; the failure is transient and retried like any other. A message is
+unacknowledged while its actor runs, and RabbitMQ closes the channel of a delivery unacknowledged for
+longer than its consumer timeout (then redelivers it, forever), so a longer timeout is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, MiddlewareError
+
+from pipelines import options as opt
+from pipelines.errors import DefinitionError
+
+
+class TimeoutTooLong(MiddlewareError, DefinitionError):
+    """An actor's timeout exceeds the broker's consumer timeout."""
+
+
+class Timeout(Middleware):
+    """Turns ``timeout_s`` into Dramatiq time limits and refuses timeouts RabbitMQ cannot honour."""
+
+    def __init__(self, *, default_s: float, consumer_timeout_s: float) -> None:
+        self.default_s = default_s
+        self.consumer_timeout_s = consumer_timeout_s
+
+    @property
+    def actor_options(self) -> set[str]:
+        return {opt.TIMEOUT}
+
+    def timeout_s(self, actor: dramatiq.Actor[Any, Any]) -> float:
+        """The actor's timeout in seconds."""
+        if opt.TIMEOUT in actor.options:
+            return float(actor.options[opt.TIMEOUT])
+        if opt.TIME_LIMIT in actor.options:
+            return float(actor.options[opt.TIME_LIMIT]) / 1000
+        return self.default_s
+
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        timeout_s = self.timeout_s(actor)
+        if timeout_s > self.consumer_timeout_s:
+            raise TimeoutTooLong(
+                f"Actor {actor.actor_name!r} may run {timeout_s:g} s, longer than the broker's consumer timeout "
+                f"({self.consumer_timeout_s:g} s, broker.consumer_timeout_s): RabbitMQ would close the channel "
+                "and redeliver it while it still runs. Split the work into shorter steps, or raise the "
+                "server's consumer_timeout and broker.consumer_timeout_s together."
+            )
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        if opt.TIME_LIMIT not in message.options:
+            actor = broker.get_actor(message.actor_name)
+            message.options[opt.TIME_LIMIT] = int(self.timeout_s(actor) * 1000)

@@ -1,0 +1,66 @@
+"""What the code running now is doing: the correlation id and the message being processed.
+
+Kept in ``contextvars`` so that each worker thread (and each asyncio task) sees its own. The
+``CorrelationId`` middleware sets the message context around every message; producers set a
+correlation id of their own with :func:`correlation` (a web request's id, say), and every message
+they enqueue carries it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MessageContext:
+    """The message a worker thread is processing."""
+
+    correlation_id: str
+    message_id: str
+    actor: str
+    attempt: int
+    run_id: str | None = None
+    step: str | None = None
+
+
+_message: ContextVar[MessageContext | None] = ContextVar("pipelines_message", default=None)
+_correlation: ContextVar[str | None] = ContextVar("pipelines_correlation", default=None)
+
+
+def new_correlation_id() -> str:
+    return uuid.uuid4().hex
+
+
+def current_correlation_id() -> str | None:
+    """The correlation id of the message being processed, else the one set by :func:`correlation`."""
+    message = _message.get()
+    return message.correlation_id if message is not None else _correlation.get()
+
+
+def current_message() -> MessageContext | None:
+    """The message this thread is processing, if any."""
+    return _message.get()
+
+
+@contextmanager
+def correlation(correlation_id: str | None = None) -> Iterator[str]:
+    """Give everything enqueued inside the block this correlation id (a new one if None)."""
+    token = _correlation.set(correlation_id or new_correlation_id())
+    try:
+        yield _correlation.get() or ""
+    finally:
+        _correlation.reset(token)
+
+
+def enter_message(context: MessageContext) -> None:
+    """Called by middleware before a message is processed."""
+    _message.set(context)
+
+
+def leave_message() -> None:
+    """Called by middleware after a message was processed or skipped."""
+    _message.set(None)

@@ -1,0 +1,68 @@
+"""Log lines that say which message they are about: correlation id, run id, message id, actor, attempt.
+
+:class:`MessageContextFilter` adds those fields to every record from the message context;
+:class:`JsonFormatter` writes one JSON object per line. ``install`` puts both on the root logger's
+handlers, which is what worker processes do when they boot.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+
+from pipelines.config import mask_text
+from pipelines.context import current_correlation_id, current_message
+
+#: Record attributes added by MessageContextFilter, in the order JSON lines show them.
+CONTEXT_FIELDS = ("correlation_id", "run_id", "message_id", "actor", "attempt")
+
+
+class MessageContextFilter(logging.Filter):
+    """Adds the current message's ids to every record (None outside a message)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = current_message()
+        record.correlation_id = current_correlation_id()
+        record.run_id = message.run_id if message else None
+        record.message_id = message.message_id if message else None
+        record.actor = message.actor if message else None
+        record.attempt = message.attempt if message else None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the message context, the exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": mask_text(record.getMessage()),
+        }
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(correlation_id)s %(run_id)s %(message_id)s] %(message)s"
+
+
+def install(format: Literal["json", "text"], level: str) -> None:
+    """Make every handler of the root logger add the message context (and write JSON if asked)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig()
+    root.setLevel(level)
+    formatter = JsonFormatter() if format == "json" else logging.Formatter(TEXT_FORMAT)
+    for handler in root.handlers:
+        if not any(isinstance(f, MessageContextFilter) for f in handler.filters):
+            handler.addFilter(MessageContextFilter())
+        handler.setFormatter(formatter)

@@ -1,0 +1,26 @@
+-- Reopen a dead-lettered step for replay: the step may run again, and a run that failed runs again.
+-- KEYS[1] run key; ARGV: step id, retention_ms
+-- Returns {'reopened'} | {'done'} (the step had succeeded) | {'stopped', run_status} | {'missing'}
+local run = KEYS[1]
+local status = redis.call('HGET', run, 'status')
+if not status then return {'missing'} end
+local raw = redis.call('HGET', run .. ':steps', ARGV[1])
+if not raw then return {'missing'} end
+local step = cjson.decode(raw)
+if step.s == 'succeeded' then return {'done'} end
+if status == 'failed' then
+  redis.call('HSET', run, 'status', 'running')
+  redis.call('HDEL', run, 'error', 'failed_step', 'finished_at', 'deadline_at')
+elseif status ~= 'pending' and status ~= 'running' then
+  return {'stopped', status}
+end
+step.s = 'retrying'
+step.e = nil
+step.l = nil
+step.t1 = nil
+redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+  redis.call('PEXPIRE', key, tonumber(ARGV[2]))
+end
+redis.call('PUBLISH', run, 'reopened')
+return {'reopened'}
