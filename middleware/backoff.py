@@ -23,7 +23,7 @@ from dramatiq.common import compute_backoff
 from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
-from pipelines.dead_letters import FAILURE_ATTRIBUTE, MAX_TRACEBACK_CHARS
+from pipelines.dead_letters import MAX_TRACEBACK_CHARS, fail_message
 from pipelines.errors import ConfigError, PipelinesError
 
 logger = logging.getLogger(__name__)
@@ -114,5 +114,4 @@ class Backoff(Middleware):
         return None
 
     def _give_up(self, message: dramatiq.broker.MessageProxy, why: str) -> None:
-        setattr(message, FAILURE_ATTRIBUTE, why)
-        message.fail()
+        fail_message(message, why)

@@ -14,14 +14,14 @@ import dramatiq
 from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware
 
-from pipelines.dead_letters import FAILURE_ATTRIBUTE, REASON_ATTRIBUTE, reason_for
+from pipelines.dead_letters import FAILURE_ATTRIBUTE, FAILURE_EXCEPTION_ATTRIBUTE, REASON_ATTRIBUTE, reason_for
 
 
 class DeadLetter(Middleware):
     """Leaves the reason of every rejection on the message (see the module docstring)."""
 
     def before_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        exception = message._exception
+        exception = getattr(message, FAILURE_EXCEPTION_ATTRIBUTE, None) or message._exception
         why = getattr(message, FAILURE_ATTRIBUTE, None)
         if why is None:
             why = "unknown actor" if isinstance(exception, ActorNotFound) else "rejected"

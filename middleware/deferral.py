@@ -6,6 +6,7 @@ import logging
 
 import dramatiq
 
+from pipelines.dead_letters import fail_message
 from pipelines.errors import PipelinesError
 
 logger = logging.getLogger(__name__)
@@ -20,6 +21,6 @@ def put_off(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, dela
     logger.info("Putting off %s for %d ms: %s.", message.message_id, delay_ms, why)
     try:
         broker.enqueue(message._message, delay=max(delay_ms, 1))
-    except PipelinesError:
+    except PipelinesError as e:
         logger.exception("Could not put off %s; dead-lettering it instead.", message.message_id)
-        message.fail()
+        fail_message(message, "could not be put off", e)

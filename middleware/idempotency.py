@@ -1,7 +1,8 @@
 """Runs a standalone actor's message once per idempotency key.
 
-An actor declares ``idempotency_key`` (a string, or a callable given the message's arguments, such
-as ``lambda order_id, **_: f"charge-{order_id}"``); a message can carry its own. Before the message
+An actor declares ``idempotency_key`` (a string, or a callable given the message's arguments by the
+actor's parameter names, such as ``lambda order_id, **_: f"charge-{order_id}"``); a message can carry
+its own. Before the message
 runs, its key is claimed in the run store under a lease: a key already done is skipped (acknowledged,
 counted, logged once), a key held by another worker is put off until that worker finishes or its lease
 lapses. The key is recorded done only after success, so a failure leaves it free for the retry.
@@ -13,6 +14,7 @@ lease lapses: make the effect itself keyed (a unique constraint, an upsert) for 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Callable
@@ -23,7 +25,8 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from middleware.deferral import put_off
 from pipelines import options as opt
-from pipelines.errors import ServiceUnavailable
+from pipelines.dead_letters import fail_message
+from pipelines.errors import DefinitionError, ServiceUnavailable
 from pipelines.store.base import RunStore
 
 logger = logging.getLogger(__name__)
@@ -50,18 +53,36 @@ class Idempotency(Middleware):
         return {opt.IDEMPOTENCY_KEY}
 
     def key_of(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> str | None:
-        """The message's key, prefixed by its actor's name; None when it has none (or is a pipeline step)."""
+        """The message's key, prefixed by its actor's name; None when it has none (or is a pipeline step).
+
+        Raises:
+            DefinitionError: The actor's key function does not accept the message's arguments.
+        """
         if opt.STEP in message.options:
             return None
+        actor = broker.get_actor(message.actor_name)
         key: str | Callable[..., Any] | None = message.options.get(opt.IDEMPOTENCY_KEY)
         if key is None:
-            key = broker.get_actor(message.actor_name).options.get(opt.IDEMPOTENCY_KEY)
+            key = actor.options.get(opt.IDEMPOTENCY_KEY)
         if callable(key):
-            key = key(*message.args, **message.kwargs)
+            try:
+                arguments = inspect.signature(actor.fn).bind(*message.args, **message.kwargs).arguments
+                key = key(**arguments)
+            except Exception as e:
+                raise DefinitionError(
+                    f"The idempotency_key of actor {actor.actor_name!r} failed on its arguments: "
+                    f"{type(e).__name__}: {e}. It is called with the actor's parameters by name."
+                ) from None
         return None if key is None else f"{message.actor_name}:{key}"
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        key = self.key_of(broker, message)
+        try:
+            key = self.key_of(broker, message)
+        except DefinitionError as e:
+            # Running without the key would defeat it: the message is dead-lettered with the reason.
+            logger.error("%s", e)
+            fail_message(message, "permanent error", e)
+            raise SkipMessage from None
         if key is None:
             return
         holder = uuid.uuid4().hex

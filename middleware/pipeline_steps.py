@@ -17,7 +17,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from middleware.deferral import put_off
-from pipelines.dead_letters import FAILURE_ATTRIBUTE
+from pipelines.dead_letters import fail_message
 from pipelines.errors import DefinitionError, PipelinesError, PublishError, ResultTooLarge, ServiceUnavailable
 from pipelines.runtime import Runtime, StepAddress
 
@@ -72,7 +72,7 @@ class PipelineSteps(Middleware):
                 address.run_id,
                 message.message_id,
             )
-            self._fail(message, "run or step not in the run store")
+            fail_message(message, "run or step not in the run store")
         else:
             logger.info("Skipping step %s: run %s is %s.", address.node, address.run_id, claim.run_state)
         raise SkipMessage
@@ -82,7 +82,7 @@ class PipelineSteps(Middleware):
             self.runtime.redrive(broker, message, address)  # type: ignore[arg-type]
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
-            self._fail(message, "could not advance the run")
+            fail_message(message, "could not advance the run")
 
     def after_process_message(
         self,
@@ -105,7 +105,7 @@ class PipelineSteps(Middleware):
             # The result may be recorded but what follows was not published: keep the message
             # (dead-lettered); a replay re-drives the continuation without running the step again.
             logger.exception("Could not advance run %s after step %s; dead-lettering.", address.run_id, address.node)
-            self._fail(message, "could not advance the run")
+            fail_message(message, "could not advance the run")
 
     def _complete(
         self,
@@ -119,10 +119,4 @@ class PipelineSteps(Middleware):
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
             self.runtime.fail(address, e, final=True)
-            message.stuff_exception(e)
-            self._fail(message, "permanent error")
-
-    @staticmethod
-    def _fail(message: dramatiq.broker.MessageProxy, why: str) -> None:
-        setattr(message, FAILURE_ATTRIBUTE, why)
-        message.fail()
+            fail_message(message, "permanent error", e)

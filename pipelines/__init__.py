@@ -19,9 +19,14 @@ from typing import Any
 from pipelines.app import App, build_app, configure, current_app
 from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, group, map, step
 from pipelines.config import Settings, load_settings
+from pipelines.context import correlation, current_correlation_id
+from pipelines.dlq import DeadLetter, DeadLetterQueues
 from pipelines.errors import (
     BrokerUnavailable,
+    CannotReplay,
     ConfigError,
+    DeadLetterError,
+    DeadLetterNotFound,
     DefinitionError,
     MessageTooLarge,
     PipelinesError,
@@ -44,8 +49,13 @@ from pipelines.store.base import RunStatus, StepStatus
 __all__ = [
     "App",
     "BrokerUnavailable",
+    "CannotReplay",
     "Chain",
     "ConfigError",
+    "DeadLetter",
+    "DeadLetterError",
+    "DeadLetterNotFound",
+    "DeadLetterQueues",
     "DefinitionError",
     "MessageTooLarge",
     "Node",
@@ -72,7 +82,9 @@ __all__ = [
     "chain",
     "chord",
     "configure",
+    "correlation",
     "current_app",
+    "current_correlation_id",
     "fan_out",
     "group",
     "load_settings",

@@ -24,6 +24,7 @@ from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Node, as_node
 from pipelines.config import Settings, load_settings
 from pipelines.current import current_app, get_app, set_app
+from pipelines.dlq import DeadLetterQueues
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
@@ -141,6 +142,11 @@ class App:
         """The run an idempotency key started, if it is still retained."""
         run_id = self.store.run_for_key(idempotency_key)
         return Run(run_id, store=self.store, created=False) if run_id else None
+
+    @property
+    def dead_letters(self) -> DeadLetterQueues:
+        """List, show, replay and purge this namespace's dead letters."""
+        return DeadLetterQueues(broker=self.broker, store=self.store, retention_s=self.settings.store.retention_s)
 
     def get_run(self, run_id: str) -> Run:
         """The handle of an existing run (``status()`` raises RunNotFound if there is none)."""

@@ -17,6 +17,7 @@ import orjson
 
 from pipelines.app import App, configure
 from pipelines.config import load_settings, mask_url
+from pipelines.dlq import describe
 from pipelines.errors import ConfigError, PipelinesError, RunTimeout
 from pipelines.store.base import RunStatus
 
@@ -71,6 +72,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     publish.add_argument("topic", help="dot-separated words, such as order.placed")
     publish.add_argument("payload", help="the event's JSON payload")
+
+    dlq = commands.add_parser(
+        "dlq", help="list, show, replay and purge dead letters", description="Inspect and replay dead letters."
+    )
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    dlq_list = dlq_commands.add_parser("list", help="list dead letters with their reasons")
+    dlq_list.add_argument("--queue", help="only this actor, actor queue or dead-letter queue")
+    dlq_list.add_argument("--limit", type=int, default=100, help="at most this many per queue (default 100)")
+    dlq_list.add_argument("--json", action="store_true", help="print JSON")
+    dlq_show = dlq_commands.add_parser("show", help="show one dead letter, its reason and its message")
+    dlq_show.add_argument("id", help="the dead letter's id (its message id)")
+    dlq_replay = dlq_commands.add_parser(
+        "replay", help="send dead letters back to their actor (inside their run, for pipeline steps)"
+    )
+    which = dlq_replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", help="the dead letter's id")
+    which.add_argument("--all", action="store_true", help="every dead letter (of --queue)")
+    dlq_replay.add_argument("--queue", help="only this actor, actor queue or dead-letter queue")
+    dlq_purge = dlq_commands.add_parser("purge", help="delete dead letters for good")
+    dlq_purge.add_argument("--queue", help="only this actor, actor queue or dead-letter queue")
+    dlq_purge.add_argument("--yes", action="store_true", help="required: purging cannot be undone")
 
     commands.add_parser("topology", help="show exchanges, queues, bindings and pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
@@ -231,7 +253,41 @@ def _queues(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def _dlq(app: App, args: argparse.Namespace) -> int:
+    letters = app.dead_letters
+    if args.dlq_command == "list":
+        found = describe(letters.list(args.queue, limit=args.limit))
+        if args.json:
+            print(json.dumps(found, indent=2))
+        for entry in [] if args.json else found:
+            where = f"run {entry['run_id']} step {entry.get('step')}" if entry.get("run_id") else entry.get("actor", "")
+            error = f"{entry.get('error_type', '')}: {entry.get('error', '')}" if entry.get("error_type") else ""
+            print(f"{entry['id']}  {entry['dead_letter_queue']}  {entry['reason']}  {where}  {error}".rstrip())
+        if not args.json:
+            print(f"{len(found)} dead letter(s)")
+        return 0
+    if args.dlq_command == "show":
+        letter = letters.show(args.id)
+        shown = describe([letter])[0]
+        shown["message"] = letter.message.asdict() if letter.message else letter.body.decode(errors="replace")
+        print(json.dumps(shown, indent=2, default=str))
+        return 0
+    if args.dlq_command == "replay":
+        if args.all:
+            outcomes = letters.replay_all(args.queue)
+            for letter_id, outcome in outcomes.items():
+                print(f"{letter_id}  {outcome}")
+            return 1 if any(o.startswith("not replayed") for o in outcomes.values()) else 0
+        print(f"{args.id}  {letters.replay(args.id, queue=args.queue)}")
+        return 0
+    if not args.yes:
+        raise ConfigError("Purging deletes dead letters for good; add --yes to confirm.")
+    print(f"purged {letters.purge(args.queue)} dead letter(s)")
+    return 0
+
+
 _COMMANDS = {
+    "dlq": _dlq,
     "run": _run,
     "status": _status,
     "cancel": _cancel,

@@ -12,6 +12,9 @@ PipelinesError
 │   ├── Unroutable         no queue is bound for its routing key
 │   └── MessageTooLarge    its body is over broker.max_message_bytes
 ├── ResultTooLarge         a step returned more than store.max_result_bytes
+├── DeadLetterError        a dead letter cannot be handled as asked
+│   ├── DeadLetterNotFound no dead letter has that id
+│   └── CannotReplay       malformed, or its run has ended or expired
 └── RunError               waiting on a run did not give a result
     ├── RunNotFound        no such run (never started, or past its retention)
     ├── RunTimeout         it did not finish in time
@@ -68,6 +71,18 @@ class MessageTooLarge(PublishError):
 
 class ResultTooLarge(PipelinesError):
     """A step returned a result larger than ``store.max_result_bytes``."""
+
+
+class DeadLetterError(PipelinesError):
+    """A dead letter cannot be handled as asked."""
+
+
+class DeadLetterNotFound(DeadLetterError):
+    """No dead letter has this id (replayed or purged already, or never there)."""
+
+
+class CannotReplay(DeadLetterError):
+    """The dead letter cannot be replayed; the message says why and what to do."""
 
 
 class RunError(PipelinesError):

@@ -28,7 +28,9 @@ import dramatiq
 from pipelines.app import App, build_app
 from pipelines.config import Settings
 
-__all__ = ["embedded_app", "embedded_settings", "running_worker"]
+__all__ = ["boot", "embedded_app", "embedded_settings", "running_worker"]
+
+_BOOTED = "_pipelines_booted"
 
 
 def embedded_settings(namespace: str | None = None, **sections: Mapping[str, Any]) -> Settings:
@@ -53,12 +55,23 @@ def embedded_app(namespace: str | None = None, **sections: Mapping[str, Any]) ->
         app.close()
 
 
+def boot(app: App) -> None:
+    """Do once what the `dramatiq` CLI does in each worker process before its worker starts.
+
+    Middleware start their process-wide machinery here (the time-limit watchdog, log formatting).
+    """
+    if not getattr(app.broker, _BOOTED, False):
+        setattr(app.broker, _BOOTED, True)
+        app.broker.emit_after("process_boot")
+
+
 @contextmanager
 def running_worker(app: App, *, threads: int = 4) -> Iterator[dramatiq.Worker]:
     """A Dramatiq worker for every actor declared on ``app.broker``, stopped on exit.
 
     Declare the actors first: a worker only consumes the queues that exist when it starts.
     """
+    boot(app)
     worker = dramatiq.Worker(app.broker, worker_threads=threads, worker_timeout=100)
     worker.start()
     try:

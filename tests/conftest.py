@@ -26,6 +26,7 @@ from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.store import RedisRunStore
+from pipelines.testing import boot
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -149,6 +150,7 @@ def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
     workers: list[dramatiq.Worker] = []
 
     def start(app: App, *, threads: int = 4) -> dramatiq.Worker:
+        boot(app)
         worker = dramatiq.Worker(app.broker, worker_threads=threads, worker_timeout=100)
         worker.start()
         workers.append(worker)
@@ -165,6 +167,7 @@ class Observer(dramatiq.Middleware):
     def __init__(self) -> None:
         self.handled: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
+        self.dead_lettered: dict[str, int] = {}
         self._changed = threading.Condition()
 
     def _count(self, table: dict[str, int], message: dramatiq.broker.MessageProxy) -> None:
@@ -186,13 +189,21 @@ class Observer(dramatiq.Middleware):
         self._count(self.handled, message)
         self._count(self.skipped, message)
 
+    def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        self._count(self.dead_lettered, message)
+
+    def _wait(self, table: dict[str, int], what: str, actor_name: str, count: int, timeout_s: float) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: table.get(actor_name, 0) >= count, timeout_s):
+                raise AssertionError(f"only {table.get(actor_name, 0)} of {count} messages of {actor_name} {what}")
+
     def wait_handled(self, actor_name: str, count: int, timeout_s: float = 30) -> None:
         """Block until ``count`` messages of ``actor_name`` were handled (run or skipped)."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: self.handled.get(actor_name, 0) >= count, timeout_s):
-                raise AssertionError(
-                    f"only {self.handled.get(actor_name, 0)} of {count} messages of {actor_name} were handled"
-                )
+        self._wait(self.handled, "were handled", actor_name, count, timeout_s)
+
+    def wait_dead_lettered(self, actor_name: str, count: int, timeout_s: float = 30) -> None:
+        """Block until ``count`` messages of ``actor_name`` were rejected to their dead-letter queue."""
+        self._wait(self.dead_lettered, "were dead-lettered", actor_name, count, timeout_s)
 
 
 @pytest.fixture

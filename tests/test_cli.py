@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -193,3 +194,35 @@ def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) ->
 
     assert result.returncode == 1
     assert "RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F does not answer" in result.stderr
+
+
+def wait_for_dead_letter(env: dict[str, str], queue: str) -> str:
+    """The id of the first dead letter of ``queue``, once the worker has dead-lettered it."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        found = json.loads(pipelines(env, "dlq", "list", "--queue", queue, "--json").stdout)
+        if found:
+            return str(found[0]["id"])
+        time.sleep(0.2)  # the worker dead-letters asynchronously; another process has nothing to subscribe to
+    raise AssertionError(f"no dead letter appeared in {queue}")
+
+
+def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dict[str, str]) -> None:
+    failed = pipelines(env, "run", "order_fulfilment", "--arg", "order_id=13", "--arg", "total=0", "--wait")
+    letter_id = wait_for_dead_letter(env, "charge_payment")
+
+    listed = pipelines(env, "dlq", "list", "--queue", "charge_payment")
+    shown = json.loads(pipelines(env, "dlq", "show", letter_id).stdout)
+    replayed = pipelines(env, "dlq", "replay", letter_id)
+    refused = pipelines(env, "dlq", "purge", "--queue", "charge_payment")
+    wait_for_dead_letter(env, "charge_payment")  # still broken: dead-lettered again
+    purged = pipelines(env, "dlq", "purge", "--queue", "charge_payment", "--yes")
+
+    assert failed.returncode == 1
+    assert "error at step 0.0: ValueError: order 13 has a non-positive total 0" in failed.stdout
+    assert re.search(rf"{letter_id}\s+\S+charge_payment\.dead\s+retries exhausted\s+run \w+ step 0\.0", listed.stdout)
+    assert shown["error_type"] == "ValueError"
+    assert shown["message"]["kwargs"] == {"order_id": 13, "total": 0}
+    assert replayed.stdout.strip() == f"{letter_id}  replayed"
+    assert (refused.returncode, "add --yes to confirm" in refused.stderr) == (2, True)
+    assert purged.stdout.strip() == "purged 1 dead letter(s)"

@@ -8,17 +8,20 @@ stub's delay queues), which is fine for tests and demos and is why production us
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import current_millis, dq_name
 
+from pipelines import naming
 from pipelines import options as opt
 from pipelines.broker.common import TopologyCache, check_size, event_message, validate_actor
 from pipelines.codec import encode_message
 from pipelines.config import BrokerConfig
+from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter
 from pipelines.delivery import resolve
 from pipelines.errors import DefinitionError, Unroutable
 from pipelines.routing import route_of, topic_matches
@@ -100,6 +103,39 @@ class MemoryBroker(StubBroker):
                 self.queues[queue].put(encode_message(copy))
             self.emit_after("enqueue", message, delay)
         return [message for message, _ in routed]
+
+    def _dead_letter_entries(self, queue: str) -> list[tuple[list[dramatiq.broker.MessageProxy], int, RawDeadLetter]]:
+        topology = self.topology
+        entries = []
+        for proxies in self.dead_letters_by_queue.values():
+            for index, proxy in enumerate(proxies):
+                source = topology.actor_queues.get(proxy.actor_name, "")
+                if naming.dead_letter_queue(source) != queue:
+                    continue
+                reason: DeadLetterReason | None = getattr(proxy, REASON_ATTRIBUTE, None)
+                headers = reason.to_headers() if reason else {}
+                letter = RawDeadLetter(queue, encode_message(proxy._message), headers, proxy.message_id)
+                entries.append((proxies, index, letter))
+        return entries
+
+    def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
+        """Up to ``limit`` dead letters of ``queue`` (see ``ExchangeBroker.peek_dead_letters``)."""
+        return [letter for _, _, letter in self._dead_letter_entries(queue)][:limit]
+
+    @contextlib.contextmanager
+    def taking_dead_letter(self, queue: str, message_id: str) -> Iterator[RawDeadLetter | None]:
+        """The dead letter ``message_id`` of ``queue``, removed if the block ends without error."""
+        found = next((e for e in self._dead_letter_entries(queue) if e[2].message_id == message_id), None)
+        yield found[2] if found else None
+        if found:
+            found[0].pop(found[1])
+
+    def purge_queue(self, queue: str) -> int:
+        """Delete every dead letter of ``queue`` (the only queues kept here between calls)."""
+        entries = self._dead_letter_entries(queue)
+        for proxies, index, _ in reversed(entries):
+            proxies.pop(index)
+        return len(entries)
 
     def publish_event(
         self, topic: str, payload: Any, *, options: dict[str, Any] | None = None

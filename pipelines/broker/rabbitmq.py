@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -33,7 +33,7 @@ from pipelines.broker.common import TopologyCache, check_size, event_message, va
 from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
-from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, now_iso, reason_for
+from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter, now_iso, reason_for
 from pipelines.delivery import UnresolvableMessage, resolve
 from pipelines.errors import BrokerUnavailable, DefinitionError, MessageTooLarge, PipelinesError, Unroutable
 from pipelines.routing import route_of
@@ -187,9 +187,10 @@ class ExchangeBroker(RabbitmqBroker):
                 message = message.copy(options={opt.ETA: current_millis() + delay})
                 exchange = topology.delay_exchange
                 headers = {DELAY_TIER_HEADER: topology.delay_tier_for(delay)}
+            # Middleware may stamp options (a correlation id) before enqueue: encode after them.
+            self.emit_before("enqueue", message, delay)
             body = encode_message(message)
             check_size(message, body, self.config.max_message_bytes)
-            self.emit_before("enqueue", message, delay)
             batch.append(Outgoing(exchange, route.routing_key, body, message.message_id, headers))
             sent.append(message)
         self._publish(batch)
@@ -299,6 +300,52 @@ class ExchangeBroker(RabbitmqBroker):
     def _purge(self, queue: str) -> None:
         with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):
             self._publisher().declare_channel.queue_purge(queue)
+
+    def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
+        """Up to ``limit`` dead letters of ``queue``, left in place (read, then released unacknowledged)."""
+        channel = self._publisher().connection.channel()
+        letters: list[RawDeadLetter] = []
+        try:
+            while len(letters) < limit:
+                method, properties, body = channel.basic_get(queue, auto_ack=False)
+                if method is None:
+                    break
+                letters.append(RawDeadLetter(queue, body, properties.headers or {}, properties.message_id or ""))
+        except pika.exceptions.ChannelClosedByBroker:
+            return letters  # no such queue (yet)
+        finally:
+            if channel.is_open:
+                channel.close()
+        return letters
+
+    @contextlib.contextmanager
+    def taking_dead_letter(self, queue: str, message_id: str) -> Iterator[RawDeadLetter | None]:
+        """The dead letter ``message_id`` of ``queue``, removed from it if the block ends without error."""
+        channel = self._publisher().connection.channel()
+        found: tuple[int, RawDeadLetter] | None = None
+        try:
+            while found is None:
+                method, properties, body = channel.basic_get(queue, auto_ack=False)
+                if method is None:
+                    break
+                if properties.message_id == message_id:
+                    letter = RawDeadLetter(queue, body, properties.headers or {}, message_id)
+                    found = (method.delivery_tag, letter)
+            yield found[1] if found else None
+            if found:
+                channel.basic_ack(found[0])
+        finally:
+            # Everything else read on the way is released back to the queue.
+            if channel.is_open:
+                channel.close()
+
+    def purge_queue(self, queue: str) -> int:
+        """Delete every message of ``queue``; returns how many there were."""
+        channel = self._publisher().declare_channel
+        try:
+            return int(channel.queue_purge(queue).method.message_count)
+        except pika.exceptions.ChannelClosedByBroker:
+            return 0
 
     def delete_topology(self) -> None:
         """Delete every queue and exchange of this namespace (tests and decommissioning)."""

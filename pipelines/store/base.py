@@ -191,6 +191,9 @@ class RunStore(Protocol):
     def mark_once(self, key: str, *, retention_s: int) -> bool:
         """True the first time ``key`` is marked within ``retention_s`` (replays, for instance)."""
 
+    def forget_once(self, key: str) -> None:
+        """Undo :meth:`mark_once` (what was marked did not happen after all)."""
+
     def ping(self) -> None:
         """Raise StoreUnavailable if the store does not answer."""
 

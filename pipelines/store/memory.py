@@ -326,6 +326,10 @@ class MemoryRunStore:
             self._records[once] = ("1", _now_ms() + retention_s * 1000)
             return True
 
+    def forget_once(self, key: str) -> None:
+        with self._changed:
+            self._records.pop(f"once:{key}", None)
+
     def ping(self) -> None:
         """Always answers."""
 

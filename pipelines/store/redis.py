@@ -224,6 +224,10 @@ class RedisRunStore:
         with self._answering():
             return bool(self._redis.set(once_key(self._namespace, key), "1", nx=True, ex=retention_s))
 
+    def forget_once(self, key: str) -> None:
+        with self._answering():
+            self._redis.delete(once_key(self._namespace, key))
+
     def ping(self) -> None:
         with self._answering():
             self._redis.ping()

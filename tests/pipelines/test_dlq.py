@@ -1,0 +1,161 @@
+"""Dead letters: their reasons, and replaying them into their original run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dramatiq
+import pika
+import pytest
+
+from pipelines import CannotReplay, DeadLetterNotFound, chain, correlation, step
+
+TIMEOUT_S = 30
+
+
+def declare_billing(app: Any, broken: dict[str, bool]) -> tuple[Any, Any, Any]:
+    @dramatiq.actor(broker=app.broker)
+    def price(order_id: int) -> int:
+        return order_id * 10
+
+    @dramatiq.actor(broker=app.broker, queue_name="billing")
+    def bill(fee: int, amount: int) -> int:
+        if broken["bill"]:
+            raise RuntimeError(f"billing service down for {amount}")
+        return amount + fee
+
+    @dramatiq.actor(broker=app.broker)
+    def receipt(total: int) -> str:
+        return f"receipt for {total}"
+
+    return price, bill, receipt
+
+
+def test_a_failed_step_is_dead_lettered_with_every_detail_of_why(
+    make_app: Any, start_worker: Any, observe: Any, backend: str
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    broken = {"bill": True}
+    price, bill, receipt = declare_billing(app, broken)
+    start_worker(app)
+
+    with correlation("checkout-9"):
+        run = app.start(chain(price, step(bill, 5), receipt), args=(3,))
+    assert run.wait(TIMEOUT_S).state == "failed"
+    observer.wait_dead_lettered("bill", 1)
+
+    [letter] = app.dead_letters.list("bill")
+    reason = letter.reason
+    ns = app.settings.namespace
+    assert letter.queue == f"{ns}.billing.bill.dead"
+    assert letter.source_queue == f"{ns}.billing.bill"
+    assert (reason.reason, reason.error_type, reason.error) == (
+        "retries exhausted",
+        "RuntimeError",
+        "billing service down for 30",
+    )
+    assert "billing service down" in (reason.traceback or "")
+    assert (reason.attempts, reason.actor, reason.correlation_id) == (1, "bill", "checkout-9")
+    assert (reason.run_id, reason.step) == (run.id, "0.1")
+    assert reason.at.startswith("20")
+    if backend == "rabbitmq":
+        assert (reason.queue, reason.routing_key) == (f"{ns}.billing.bill", "bill")
+    assert letter.message is not None
+    assert letter.message.args == (5, 30)
+    assert app.dead_letters.show(letter.id).reason == reason
+
+
+def test_replaying_a_fixed_step_completes_its_original_run_once(make_app: Any, start_worker: Any, observe: Any) -> None:
+    app = make_app()
+    observer = observe(app)
+    broken = {"bill": True}
+    price, bill, receipt = declare_billing(app, broken)
+    start_worker(app)
+    with correlation("checkout-10"):
+        run = app.start(chain(price, step(bill, 5), receipt), args=(4,))
+    assert run.wait(TIMEOUT_S).state == "failed"
+    observer.wait_dead_lettered("bill", 1)
+    [letter] = app.dead_letters.list()
+
+    broken["bill"] = False
+    assert app.dead_letters.replay(letter.id) == "replayed"
+    with pytest.raises(DeadLetterNotFound):
+        app.dead_letters.replay(letter.id)
+
+    status = run.wait(TIMEOUT_S)
+    assert (status.state, status.result, status.error) == ("succeeded", "receipt for 45", None)
+    assert status.correlation_id == "checkout-10"
+    assert [s.state for s in status.steps] == ["succeeded"] * 3
+    assert app.dead_letters.list() == []
+
+
+def test_replay_all_and_purge_work_per_queue(make_app: Any, start_worker: Any, observe: Any) -> None:
+    app = make_app()
+    observer = observe(app)
+
+    @dramatiq.actor(broker=app.broker)
+    def fragile(n: int) -> None:
+        raise ValueError(n)
+
+    @dramatiq.actor(broker=app.broker)
+    def brittle(n: int) -> None:
+        raise ValueError(n)
+
+    start_worker(app)
+    for n in range(3):
+        fragile.send(n)
+        brittle.send(n)
+    observer.wait_dead_lettered("fragile", 3)
+    observer.wait_dead_lettered("brittle", 3)
+
+    outcomes = app.dead_letters.replay_all("fragile")
+    observer.wait_dead_lettered("fragile", 6)  # still broken: back in the dead-letter queue
+
+    assert sorted(outcomes.values()) == ["replayed"] * 3
+    assert len(app.dead_letters.list("fragile")) == 3
+    assert app.dead_letters.purge("brittle") == 3
+    assert app.dead_letters.list("brittle") == []
+    assert len(app.dead_letters.list()) == 3
+
+
+def test_a_step_of_a_cancelled_run_cannot_be_replayed(make_app: Any, start_worker: Any, observe: Any) -> None:
+    app = make_app()
+    observer = observe(app)
+    price, bill, receipt = declare_billing(app, {"bill": True})
+    start_worker(app)
+    run = app.start(chain(price, step(bill, 1), receipt), args=(1,))
+    run.wait(TIMEOUT_S)
+    observer.wait_dead_lettered("bill", 1)
+    [letter] = app.dead_letters.list()
+    # The run was reopened (by another replay, say) and then cancelled by its owner.
+    assert app.store.reopen_step(run.id, "0.1")[0] == "reopened"
+    assert run.cancel() is True
+
+    with pytest.raises(CannotReplay, match=f"Run {run.id} is cancelled"):
+        app.dead_letters.replay(letter.id)
+    assert [dead.id for dead in app.dead_letters.list()] == [letter.id]
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_a_malformed_dead_letter_is_shown_but_not_replayed(make_app: Any, start_worker: Any, observe: Any) -> None:
+    app = make_app()
+    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    app.broker.ensure_topology()
+    queue = app.broker.topology.actor_queues["echo"]
+    with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
+        connection.channel().basic_publish(
+            "", queue, b"{not json", pika.BasicProperties(message_id="junk-1", delivery_mode=2)
+        )
+    observer = observe(app)
+    start_worker(app)
+    app.broker.enqueue(app.broker.get_actor("echo").message(1))
+    observer.wait_handled("echo", 1)
+
+    letter = app.dead_letters.show("junk-1")
+    assert (letter.reason.reason, letter.reason.error_type) == ("malformed message", "MalformedMessage")
+    assert letter.message is None
+    with pytest.raises(CannotReplay, match="is not a valid message"):
+        app.dead_letters.replay("junk-1")
+    assert json.loads(json.dumps(letter.reason.__dict__))["actor"] == "echo"
