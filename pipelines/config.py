@@ -76,7 +76,7 @@ class BrokerConfig(_Section):
     prefetch: int = Field(default=0, ge=0, le=65535)
     max_message_bytes: int = Field(default=1_048_576, gt=0, le=134_217_728)
     delivery_limit: int = Field(default=20, ge=1)
-    delay_tiers_s: tuple[float, ...] = (0.1, 1.0, 5.0, 30.0, 300.0, 1800.0, 7200.0, 21600.0)
+    delay_tiers_s: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
     consumer_timeout_s: int = Field(default=1800, ge=1)
     tls: TlsConfig = TlsConfig()
 

@@ -74,9 +74,17 @@ class Topology:
         return naming.delay_exchange(self.namespace)
 
     def delay_tier_for(self, remaining_ms: int) -> int:
-        """The longest tier that does not overshoot ``remaining_ms`` (the shortest if all do)."""
+        """The tier to wait in next: never early, late by at most the shortest tier, few hops.
+
+        A tier that overshoots ``remaining_ms`` by no more than the shortest tier ends the wait in one
+        hop; otherwise the longest tier that does not overshoot brings the message closer.
+        """
+        shortest = self.delay_tiers_ms[0]
+        closing = [tier for tier in self.delay_tiers_ms if remaining_ms <= tier <= remaining_ms + shortest]
+        if closing:
+            return closing[0]
         fitting = [tier for tier in self.delay_tiers_ms if tier <= remaining_ms]
-        return fitting[-1] if fitting else self.delay_tiers_ms[0]
+        return fitting[-1] if fitting else shortest
 
 
 def build_topology(

@@ -36,7 +36,7 @@ def test_defaults_load_when_there_is_no_config_file() -> None:
     assert settings.broker.url == "amqp://guest:guest@127.0.0.1:5672/%2F"
     assert settings.broker.queue_type == "quorum"
     assert settings.broker.delivery_limit == 20
-    assert settings.broker.delay_tiers_s == (0.1, 1.0, 5.0, 30.0, 300.0, 1800.0, 7200.0, 21600.0)
+    assert settings.broker.delay_tiers_s == (0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
     assert settings.store.url == "redis://127.0.0.1:6379/0"
     assert settings.retries.max_retries == 5
     assert settings == Settings()

@@ -184,14 +184,19 @@ def test_delay_tiers_are_sorted_and_deduplicated() -> None:
         (0, 100),
         (99, 100),
         (100, 100),
-        (999, 100),
+        (899, 100),
+        (900, 1000),  # overshooting by at most the shortest tier ends the wait in one hop
+        (999, 1000),
         (1000, 1000),
-        (4999, 1000),
+        (4899, 1000),
+        (4900, 5000),
         (5000, 5000),
         (10**9, 5000),
     ],
 )
-def test_delay_tier_for_picks_the_longest_tier_not_above_the_remaining_time(remaining_ms: int, tier: int) -> None:
+def test_delay_tier_for_never_fires_early_and_is_late_by_at_most_the_shortest_tier(
+    remaining_ms: int, tier: int
+) -> None:
     assert build().delay_tier_for(remaining_ms) == tier
 
 

@@ -120,37 +120,44 @@ def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
     assert ran_at[0] - sent_at >= 1.3
 
 
-def test_malformed_and_foreign_messages_are_dead_lettered_and_valid_ones_still_run(
+def test_malformed_foreign_and_oversized_messages_are_dead_lettered_once_with_a_reason_and_valid_ones_still_run(
     make_app: Any, start_worker: Any, observe: Any
 ) -> None:
-    app = make_app()
+    app = make_app(broker={"max_message_bytes": 4096})
     observer = observe(app)
     dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
     app.broker.ensure_topology()
     queue = app.broker.topology.actor_queues["echo"]
-    foreign = app.broker.get_actor("echo").message(1).copy(actor_name="someone_else")
-    bad_bodies = [
-        b"not json at all",
-        b"[1, 2, 3]",
-        json.dumps({"actor_name": "echo"}).encode(),  # fields missing
-        json.dumps({**app.broker.get_actor("echo").message(1).asdict(), "args": "oops"}).encode(),
-        pickle.dumps({"actor_name": "echo"}),
-        json.dumps(foreign.asdict()).encode(),
-    ]
+    valid = app.broker.get_actor("echo").message(1)
+    bad_bodies = {
+        "bad json": b"not json at all",
+        "not an object": b"[1, 2, 3]",
+        "missing fields": json.dumps({"actor_name": "echo"}).encode(),
+        "wrong types": json.dumps({**valid.asdict(), "args": "oops"}).encode(),
+        "a pickle": pickle.dumps({"actor_name": "echo"}),
+        "unknown actor": json.dumps({**valid.asdict(), "actor_name": "someone_else"}).encode(),
+        "oversized": json.dumps({**valid.asdict(), "args": ["x" * 10_000]}).encode(),
+    }
     with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
         channel = connection.channel()
-        for body in bad_bodies:
-            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+        for name, body in bad_bodies.items():
+            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, message_id=name))
     app.broker.enqueue(app.broker.get_actor("echo").message(2))
     start_worker(app)
 
+    # One consumer reads its queue in order: once the valid message ran, every bad one was settled.
     observer.wait_handled("echo", 1)
-    dead = f"{queue}.dead"
-    deadline = time.monotonic() + TIMEOUT_S
-    while app.broker.queue_depth(dead) != len(bad_bodies) and time.monotonic() < deadline:
-        time.sleep(0.05)  # dead-lettering is asynchronous inside RabbitMQ; nothing to subscribe to
-    assert app.broker.queue_depth(dead) == len(bad_bodies)
+    reasons = {letter.id: letter.reason for letter in app.dead_letters.list("echo")}
+
     assert observer.handled == {"echo": 1}
+    assert sorted(reasons) == sorted(bad_bodies)
+    assert reasons["oversized"].reason == "message too large"
+    assert {r.reason for name, r in reasons.items() if name != "oversized"} == {"malformed message"}
+    assert "not JSON" in (reasons["bad json"].error or "")
+    assert "lacks the field(s)" in (reasons["missing fields"].error or "")
+    assert "field args is str, expected list" in (reasons["wrong types"].error or "")
+    assert "arrived on the queue of 'echo'" in (reasons["unknown actor"].error or "")
+    assert all(r.queue == queue and r.actor == "echo" for r in reasons.values())
 
 
 def test_a_message_over_the_size_limit_is_refused_before_publishing(make_app: Any) -> None:

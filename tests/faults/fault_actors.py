@@ -1,0 +1,79 @@
+"""Actors for the fault suite, and the ledger they write every side effect to.
+
+``declare(broker)`` declares them on a broker (the test's producer app, or the worker's); the ledger
+is a Redis hash per kind, keyed by item, so the test can tell lost from done and once from twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import dramatiq
+import redis
+
+#: Redis holding the ledger (not the run store's keys: its own prefix).
+LEDGER_URL = os.environ.get("FAULT_LEDGER_URL", "redis://127.0.0.1:6379/15")
+#: Seconds each unit of work takes, so that kills land while messages are in flight.
+WORK_S = float(os.environ.get("FAULT_WORK_S", "0.01"))
+
+
+class Ledger:
+    """Side effects by item: executions (every run of the body) and effects (applied once per key)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.redis: Any = redis.Redis.from_url(LEDGER_URL)
+        self.prefix = f"{namespace}:ledger"
+
+    def executed(self, kind: str, item: str) -> None:
+        self.redis.hincrby(f"{self.prefix}:{kind}:executions", item, 1)
+
+    def apply(self, kind: str, item: str, value: str = "1") -> None:
+        """An idempotent effect: the first write per item wins (a unique key, as a careful actor does)."""
+        self.redis.hsetnx(f"{self.prefix}:{kind}:effects", item, value)
+
+    def count(self, kind: str, what: str) -> dict[str, int]:
+        raw = self.redis.hgetall(f"{self.prefix}:{kind}:{what}")
+        return {k.decode(): int(v) if v.isdigit() else 1 for k, v in raw.items()}
+
+    def values(self, kind: str) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.redis.hgetall(f"{self.prefix}:{kind}:effects").items()}
+
+    def clear(self) -> None:
+        for key in self.redis.scan_iter(match=f"{self.prefix}:*"):
+            self.redis.delete(key)
+
+
+def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
+    """Declare the fault suite's actors on ``broker``."""
+    ledger = Ledger(namespace)
+
+    @dramatiq.actor(broker=broker, idempotency_key=lambda item: f"item-{item}", max_retries=5, min_backoff=50)
+    def work(item: str) -> None:
+        ledger.executed("work", item)
+        time.sleep(WORK_S)
+        ledger.apply("work", item)
+
+    @dramatiq.actor(broker=broker, max_retries=5, min_backoff=50)
+    def chain_step(tag: str, value: int) -> int:
+        ledger.executed("chain", f"{tag}:{value}")
+        time.sleep(WORK_S)
+        ledger.apply("chain", f"{tag}:{value}")
+        return value + 1
+
+    @dramatiq.actor(broker=broker, max_retries=5, min_backoff=50)
+    def member(index: int) -> int:
+        time.sleep(WORK_S)
+        return index
+
+    @dramatiq.actor(broker=broker, max_retries=5, min_backoff=50)
+    def gather(chord_id: str, results: list[int]) -> None:
+        ledger.executed("gather", chord_id)
+        ledger.apply("gather", chord_id, ",".join(map(str, results)))
+
+    @dramatiq.actor(broker=broker)
+    def poison() -> None:
+        os.kill(os.getpid(), 9)  # crashes its worker every time it is delivered
+
+    return {"work": work, "chain_step": chain_step, "member": member, "gather": gather, "poison": poison}

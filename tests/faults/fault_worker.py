@@ -1,0 +1,11 @@
+"""The module `dramatiq` starts in the fault suite: the app from PIPELINES_*, and the fault actors."""
+
+from __future__ import annotations
+
+from fault_actors import declare
+
+from pipelines.app import configure
+
+app = configure()
+broker = app.broker
+declare(broker, app.settings.namespace)

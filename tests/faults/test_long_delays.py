@@ -1,0 +1,67 @@
+"""A delay longer than RabbitMQ's consumer timeout fires once, not early, without churn.
+
+The server's consumer timeout is lowered for the test (and its check made to run every second), so a
+message held unacknowledged in a worker for longer would have its channel closed and be redelivered.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+
+CONSUMER_TIMEOUT_MS = 2000
+DELAY_MS = 6500
+
+
+def set_rabbit(name: str, value: int) -> None:
+    subprocess.run(
+        ["rabbitmqctl", "-q", "eval", f"application:set_env(rabbit, {name}, {value})."], check=True, capture_output=True
+    )
+
+
+@pytest.fixture
+def short_consumer_timeout(services: None) -> Iterator[None]:
+    set_rabbit("consumer_timeout", CONSUMER_TIMEOUT_MS)
+    set_rabbit("channel_tick_interval", 1000)
+    yield
+    set_rabbit("consumer_timeout", 1_800_000)
+    set_rabbit("channel_tick_interval", 60_000)
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_a_delay_longer_than_the_consumer_timeout_fires_once_and_not_early(
+    short_consumer_timeout: None, make_app: Any, start_worker: Any, observe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    ran_at: list[float] = []
+    hops: list[int] = []
+    redelay = app.broker.redelay
+
+    def counting_redelay(message: dramatiq.Message[Any], eta: int) -> None:
+        hops.append(eta)
+        redelay(message, eta)
+
+    monkeypatch.setattr(app.broker, "redelay", counting_redelay)
+    dramatiq.actor(actor_name="reminder", broker=app.broker)(lambda: ran_at.append(time.time()))
+    start_worker(app)
+
+    sent_at = time.time()
+    app.broker.enqueue(app.broker.get_actor("reminder").message(), delay=DELAY_MS)
+    observer.wait_handled("reminder", 1)
+    # One more consumer-timeout check: had anything been held unacknowledged, it would come back now.
+    time.sleep(2 * CONSUMER_TIMEOUT_MS / 1000)
+
+    print(
+        f"\ndelay {DELAY_MS} ms with consumer timeout {CONSUMER_TIMEOUT_MS} ms: ran after "
+        f"{ran_at[0] - sent_at:.2f} s, {len(hops)} tier hop(s), {len(ran_at)} run(s)"
+    )
+    assert ran_at[0] - sent_at >= DELAY_MS / 1000
+    assert len(ran_at) == 1
+    assert observer.handled == {"reminder": 1}
+    assert len(hops) == 2  # the 5 s tier, then 1 s, then 0.5 s: two hops back through the consumer
