@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -49,23 +50,28 @@ def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def env(delete_namespace: Callable[[str], None]) -> Iterator[dict[str, str]]:
+def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("worker") / "worker.log"
+
+
+@pytest.fixture(scope="module")
+def env(delete_namespace: Callable[[str], None], worker_log: Path) -> Iterator[dict[str, str]]:
     """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     variables = environment(namespace)
-    worker = subprocess.Popen(
-        [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "4"],
-        env=variables,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with worker_log.open("w") as log:
+        worker = subprocess.Popen(
+            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "4"],
+            env=variables,
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+        )
     yield variables
     worker.send_signal(signal.SIGTERM)
-    _, errors = worker.communicate(timeout=TIMEOUT_S)
+    worker.wait(timeout=TIMEOUT_S)
     delete_namespace(namespace)
-    assert worker.returncode == 0, errors[-2000:]
+    assert worker.returncode == 0, worker_log.read_text()[-2000:]
 
 
 def test_a_pipeline_started_from_the_cli_runs_on_a_stock_dramatiq_worker(env: dict[str, str]) -> None:
@@ -226,3 +232,24 @@ def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dic
     assert replayed.stdout.strip() == f"{letter_id}  replayed"
     assert (refused.returncode, "add --yes to confirm" in refused.stderr) == (2, True)
     assert purged.stdout.strip() == "purged 1 dead letter(s)"
+
+
+def test_worker_log_lines_are_json_with_the_ids_of_the_message_they_are_about(
+    env: dict[str, str], worker_log: Path
+) -> None:
+    run = pipelines(env, "run", "order_fulfilment", "--arg", "order_id=21", "--arg", "total=-1", "--wait")
+    run_id = run.stdout.split()[0]
+    deadline = time.monotonic() + TIMEOUT_S
+    lines: list[dict[str, Any]] = []
+    while not lines and time.monotonic() < deadline:
+        parsed = [json.loads(line) for line in worker_log.read_text().splitlines() if line.startswith("{")]
+        lines = [entry for entry in parsed if entry.get("run_id") == run_id and entry["level"] == "ERROR"]
+        time.sleep(0.1)  # the worker writes its log asynchronously to this process
+
+    assert lines, worker_log.read_text()[-2000:]
+    failure = lines[0]
+    assert failure["actor"] == "charge_payment"
+    assert failure["attempt"] == 1
+    assert failure["correlation_id"]
+    assert failure["message_id"]
+    assert "non-positive total" in failure.get("exception", "")
