@@ -11,8 +11,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
