@@ -24,7 +24,7 @@ from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
 from pipelines.dead_letters import MAX_TRACEBACK_CHARS, fail_message
-from pipelines.errors import ConfigError, PipelinesError
+from pipelines.errors import ConfigError, InvalidActorOption, PipelinesError
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,22 @@ class Backoff(Middleware):
     @property
     def actor_options(self) -> set[str]:
         return {opt.MAX_RETRIES, opt.MIN_BACKOFF, opt.MAX_BACKOFF, opt.THROWS, opt.RETRY_WHEN}
+
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        options = actor.options
+        problems = [
+            f"{name}={options[name]!r} must be a whole number >= {low}"
+            for name, low in ((opt.MAX_RETRIES, 0), (opt.MIN_BACKOFF, 1), (opt.MAX_BACKOFF, 1))
+            if name in options and not (type(options[name]) is int and options[name] >= low)
+        ]
+        throws = options.get(opt.THROWS, ())
+        classes = throws if isinstance(throws, tuple) else (throws,)
+        if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+            problems.append(f"throws={throws!r} must be an exception class or a tuple of them")
+        if opt.RETRY_WHEN in options and not callable(options[opt.RETRY_WHEN]):
+            problems.append("retry_when must be a function (retries, exception) -> bool")
+        if problems:
+            raise InvalidActorOption(f"Actor {actor.actor_name!r}: {'; '.join(problems)}.")
 
     def _option(
         self, actor: dramatiq.Actor[Any, Any], message: dramatiq.broker.MessageProxy, name: str, default: Any

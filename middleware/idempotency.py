@@ -26,7 +26,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from middleware.deferral import put_off
 from pipelines import options as opt
 from pipelines.dead_letters import fail_message
-from pipelines.errors import DefinitionError, ServiceUnavailable
+from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
 from pipelines.store.base import RunStore
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,14 @@ class Idempotency(Middleware):
     @property
     def actor_options(self) -> set[str]:
         return {opt.IDEMPOTENCY_KEY}
+
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        key = actor.options.get(opt.IDEMPOTENCY_KEY)
+        if key is not None and not (isinstance(key, str) or callable(key)):
+            raise InvalidActorOption(
+                f"Actor {actor.actor_name!r}: idempotency_key={key!r} must be a string or a function of the "
+                "actor's arguments, such as lambda order_id, **_: f'charge-{order_id}'."
+            )
 
     def key_of(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> str | None:
         """The message's key, prefixed by its actor's name; None when it has none (or is a pipeline step).

@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import Middleware, MiddlewareError
+from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
-from pipelines.errors import DefinitionError
+from pipelines.errors import InvalidActorOption
 
 
-class TimeoutTooLong(MiddlewareError, DefinitionError):
+class TimeoutTooLong(InvalidActorOption):
     """An actor's timeout exceeds the broker's consumer timeout."""
 
 
@@ -42,6 +42,10 @@ class Timeout(Middleware):
         return self.default_s
 
     def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        for name in (opt.TIMEOUT, opt.TIME_LIMIT):
+            value = actor.options.get(name)
+            if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
+                raise InvalidActorOption(f"Actor {actor.actor_name!r}: {name}={value!r} must be a positive number.")
         timeout_s = self.timeout_s(actor)
         if timeout_s > self.consumer_timeout_s:
             raise TimeoutTooLong(

@@ -3,6 +3,7 @@
 PipelinesError
 ├── ConfigError            config.toml or a PIPELINES_* variable is invalid
 ├── DefinitionError        a pipeline or actor cannot be built as written
+│   ├── InvalidActorOption an actor option has a value its middleware cannot use
 │   ├── UnknownActor       a step names an actor nobody declared
 │   └── UnknownPipeline    `run NAME` names no registered pipeline
 ├── ServiceUnavailable     a service does not answer
@@ -24,6 +25,8 @@ PipelinesError
 
 from __future__ import annotations
 
+from dramatiq.middleware import MiddlewareError
+
 
 class PipelinesError(Exception):
     """Root of every error raised on purpose by this package."""
@@ -35,6 +38,13 @@ class ConfigError(PipelinesError):
 
 class DefinitionError(PipelinesError):
     """A pipeline, step or actor cannot be built as written."""
+
+
+class InvalidActorOption(DefinitionError, MiddlewareError):
+    """An actor option's value cannot be used; raised while the actor is declared.
+
+    It is a Dramatiq ``MiddlewareError`` so that it stops the declaration instead of being logged.
+    """
 
 
 class UnknownActor(DefinitionError):

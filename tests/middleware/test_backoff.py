@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import dramatiq
@@ -11,7 +12,7 @@ import pytest
 
 from middleware import Backoff
 from middleware.backoff import import_exceptions
-from pipelines.errors import ConfigError, DefinitionError, PublishError
+from pipelines.errors import ConfigError, DefinitionError, InvalidActorOption, PublishError
 
 
 def backoff(max_retries: int = 5, min_ms: int = 100, max_ms: int = 5000) -> Backoff:
@@ -136,3 +137,26 @@ def test_a_retry_that_cannot_be_enqueued_is_dead_lettered_not_lost(
 
     [letter] = app.dead_letters.list("wobbly")
     assert letter.reason.reason == "retry could not be scheduled"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_retries": -1}, "max_retries=-1 must be a whole number >= 0"),
+        ({"max_retries": 2.5}, "max_retries=2.5 must be a whole number"),
+        ({"min_backoff": 0}, "min_backoff=0 must be a whole number >= 1"),
+        ({"throws": "ValueError"}, "throws='ValueError' must be an exception class"),
+        ({"retry_when": 3}, "retry_when must be a function"),
+        ({"timeout_s": "soon"}, "timeout_s='soon' must be a positive number"),
+        ({"timeout_s": -1}, "timeout_s=-1 must be a positive number"),
+        ({"idempotency_key": 42}, "idempotency_key=42 must be a string or a function"),
+    ],
+)
+def test_invalid_actor_options_are_refused_when_the_actor_is_declared(
+    make_app: Any, options: dict[str, Any], message: str
+) -> None:
+    app = make_app()
+
+    with pytest.raises(InvalidActorOption, match=re.escape(message)):
+        dramatiq.actor(actor_name="picky", broker=app.broker, **options)(lambda: None)
+    assert "picky" not in app.broker.actors
