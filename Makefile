@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test lint format all services bench clean
+.PHONY: help install demo test lint format all services tools bench clean
 
 help:
 	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
@@ -11,6 +11,7 @@ help:
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ and Redis answer (start them when installed)"
+	@echo "make tools     make sure promtool is installed (Debian's prometheus package, as root)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +27,10 @@ demo: install
 services:
 	scripts/ensure-services
 
-test: install services
+tools:
+	scripts/ensure-tools
+
+test: install services tools
 	$(BIN)/pytest
 
 lint: install

@@ -6,7 +6,19 @@ from middleware.backoff import Backoff
 from middleware.correlation import CorrelationId
 from middleware.dead_letter import DeadLetter
 from middleware.idempotency import Idempotency
+from middleware.metrics import Metrics
 from middleware.pipeline_steps import PipelineSteps
 from middleware.timeout import Timeout, TimeoutTooLong
+from middleware.tracing import Tracing
 
-__all__ = ["Backoff", "CorrelationId", "DeadLetter", "Idempotency", "PipelineSteps", "Timeout", "TimeoutTooLong"]
+__all__ = [
+    "Backoff",
+    "CorrelationId",
+    "DeadLetter",
+    "Idempotency",
+    "Metrics",
+    "PipelineSteps",
+    "Timeout",
+    "TimeoutTooLong",
+    "Tracing",
+]

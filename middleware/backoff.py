@@ -22,6 +22,7 @@ import dramatiq
 from dramatiq.common import compute_backoff
 from dramatiq.middleware import Middleware
 
+from middleware.metrics import RETRY_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.dead_letters import MAX_TRACEBACK_CHARS, fail_message
 from pipelines.errors import ConfigError, InvalidActorOption, PipelinesError
@@ -124,6 +125,7 @@ class Backoff(Middleware):
             # Without the retry enqueued, acknowledging would lose the message: dead-letter it instead.
             logger.exception("Could not schedule retry %d of %s.", retries + 1, message.message_id)
             return self._give_up(message, "retry could not be scheduled")
+        setattr(message, RETRY_ATTRIBUTE, True)
         logger.info(
             "Retry %d of %s in %d ms after %s.", retries + 1, message.message_id, delay, type(exception).__name__
         )

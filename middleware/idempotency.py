@@ -24,6 +24,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from middleware.deferral import put_off
+from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.dead_letters import fail_message
 from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
@@ -104,6 +105,7 @@ class Idempotency(Middleware):
             return
         if outcome == "done":
             self.duplicates_skipped += 1
+            setattr(message, DUPLICATE_ATTRIBUTE, True)
             logger.info("Skipping %s: idempotency key %r is done already.", message.message_id, key)
         else:
             put_off(broker, message, min(wait_ms, BUSY_RECHECK_MS), f"another worker holds key {key!r}")

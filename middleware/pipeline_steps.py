@@ -17,6 +17,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from middleware.deferral import put_off
+from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.dead_letters import fail_message
 from pipelines.errors import DefinitionError, PipelinesError, PublishError, ResultTooLarge, ServiceUnavailable
 from pipelines.runtime import Runtime, StepAddress
@@ -64,6 +65,7 @@ class PipelineSteps(Middleware):
         if claim.kind == "busy":
             put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
         elif claim.kind == "done":
+            setattr(message, DUPLICATE_ATTRIBUTE, True)
             self._redrive(broker, message, address)
         elif claim.kind == "missing":
             logger.error(
@@ -98,7 +100,7 @@ class PipelineSteps(Middleware):
         _in_step.set(False)
         try:
             if exception is not None:
-                self.runtime.fail(address, exception, final=message.failed)
+                self.runtime.fail(message, address, exception, final=message.failed)
             else:
                 self._complete(broker, message, address, result)
         except (ServiceUnavailable, PublishError):
@@ -118,5 +120,5 @@ class PipelineSteps(Middleware):
             self.runtime.complete(broker, message, address, result)  # type: ignore[arg-type]
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
-            self.runtime.fail(address, e, final=True)
+            self.runtime.fail(message, address, e, final=True)
             fail_message(message, "permanent error", e)

@@ -16,10 +16,14 @@ from typing import Any
 
 import dramatiq
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import PeriodiqMiddleware
 
-from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, PipelineSteps, Timeout
+from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, Metrics, PipelineSteps, Timeout, Tracing
 from middleware.backoff import import_exceptions
+from pipelines import telemetry
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Node, as_node
 from pipelines.config import Settings, load_settings
@@ -36,12 +40,18 @@ __all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
 SCHEDULE_SKIP_DELAY_S = 30
 
 
-def build_middleware(settings: Settings, runtime: Runtime) -> list[dramatiq.Middleware]:
+def build_middleware(
+    settings: Settings, runtime: Runtime, *, tracer: trace.Tracer | None = None
+) -> list[dramatiq.Middleware]:
     """The middleware of every broker, in order.
 
     ``before_*`` hooks run top to bottom, ``after_*`` hooks bottom to top, so:
 
     - ``CorrelationId`` is first: its context is set before any other hook logs, and cleared last.
+    - ``Tracing`` (with ``[telemetry] enabled``) comes next: its span covers everything below, and
+      every publish made while a message is processed is a child of that message's span.
+    - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
+      others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
     - ``Timeout`` comes before Dramatiq's ``TimeLimit``, which enforces the limit it sets.
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
@@ -51,8 +61,16 @@ def build_middleware(settings: Settings, runtime: Runtime) -> list[dramatiq.Midd
     Dramatiq's ``Callbacks`` and ``Pipelines`` stay, so its ``pipeline()`` and ``on_success``/
     ``on_failure`` keep working; ``Backoff`` replaces its ``Retries`` (same actor options).
     """
+    observing: list[dramatiq.Middleware] = []
+    if tracer is not None:
+        observing.append(Tracing(tracer=tracer, namespace=settings.namespace))
+    if settings.metrics.enabled:
+        metrics = Metrics(config=settings.metrics, namespace=settings.namespace, serve=serve_metrics)
+        runtime.listeners.append(metrics)
+        observing.append(metrics)
     return [
         CorrelationId(logging=settings.logging),
+        *observing,
         AgeLimit(),
         Timeout(default_s=settings.worker.time_limit_s, consumer_timeout_s=settings.broker.consumer_timeout_s),
         TimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
@@ -85,6 +103,7 @@ class App:
     store: RunStore
     runtime: Runtime
     pipelines: dict[str, Node | Callable[..., Node]] = field(default_factory=dict)
+    tracer_provider: TracerProvider | None = None
 
     def register(self, name: str, pipeline: object) -> None:
         """Register a pipeline (or a factory that builds one from the run's arguments) under ``name``.
@@ -170,6 +189,8 @@ class App:
             self.register(name, node)
 
     def close(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()  # exports what the batch processor still holds
         self.broker.close()
         self.store.close()
 
@@ -188,14 +209,32 @@ def _import(path: str, key: str) -> Any:
         raise ConfigError(f"{key} = {path!r}: module {module_name!r} has no {attribute!r}.") from None
 
 
-def build_app(settings: Settings) -> App:
-    """A new app from ``settings``; nothing connects until the first publish, consume or store call."""
+def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) -> App:
+    """A new app from ``settings``; nothing connects until the first publish, consume or store call.
+
+    ``span_exporter`` replaces the OTLP exporter (tests use the SDK's in-memory one).
+    """
     store = make_store(settings.store, namespace=settings.namespace)
+    provider = tracer = None
+    if settings.telemetry.enabled:
+        provider = telemetry.make_tracer_provider(settings.telemetry, exporter=span_exporter)
+        tracer = telemetry.install(provider)
     runtime = Runtime(
-        store=store, lease_s=settings.store.step_lease_s, max_result_bytes=settings.store.max_result_bytes
+        store=store,
+        lease_s=settings.store.step_lease_s,
+        max_result_bytes=settings.store.max_result_bytes,
+        tracer=tracer,
     )
-    broker = make_broker(settings.broker, namespace=settings.namespace, middleware=build_middleware(settings, runtime))
-    return App(settings=settings, broker=broker, store=store, runtime=runtime)
+    middleware = build_middleware(settings, runtime, tracer=tracer)
+    broker = make_broker(settings.broker, namespace=settings.namespace, middleware=middleware)
+    return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
+
+
+def serve_metrics() -> int:
+    """The `dramatiq` CLI's metrics process (see ``pipelines.exposition``); runs until stopped."""
+    from pipelines.exposition import serve
+
+    return serve()
 
 
 def configure(settings: Settings | None = None) -> App:

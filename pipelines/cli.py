@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_purge.add_argument("--queue", help="only this actor, actor queue or dead-letter queue")
     dlq_purge.add_argument("--yes", action="store_true", help="required: purging cannot be undone")
 
+    top = commands.add_parser("top", help="a live view of queues, rates, errors and recent runs")
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+
     commands.add_parser("topology", help="show exchanges, queues, bindings and pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
@@ -286,8 +290,15 @@ def _dlq(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def _top(app: App, args: argparse.Namespace) -> int:
+    from pipelines.top import run_top
+
+    return run_top(app, interval_s=args.interval, once=args.once)
+
+
 _COMMANDS = {
     "dlq": _dlq,
+    "top": _top,
     "run": _run,
     "status": _status,
     "cancel": _cancel,

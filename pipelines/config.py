@@ -150,21 +150,31 @@ class LoggingConfig(_Section):
 
 
 class TelemetryConfig(_Section):
-    """OpenTelemetry export; reserved for the tracing middleware (validated, not active yet)."""
+    """OpenTelemetry tracing, exported over OTLP."""
 
     enabled: bool = False
     endpoint: str = "http://127.0.0.1:4318"
     protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
     service_name: str = "rabbit-pipelines"
     sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    resource_attributes: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, endpoint: str) -> str:
+        return _check_url(endpoint, ("http", "https"))
 
 
 class MetricsConfig(_Section):
-    """Prometheus exposition; reserved for the metrics middleware (validated, not active yet)."""
+    """Prometheus metrics of worker processes, exposed on one port (prometheus-client multiprocess mode)."""
 
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=9191, ge=1, le=65535)
+    multiprocess: bool = True
+    multiprocess_dir: Path | None = None
+    queue_sample_interval_s: float = Field(default=15.0, gt=0)
+    heartbeat_interval_s: float = Field(default=10.0, gt=0)
 
 
 class Settings(BaseSettings):

@@ -98,6 +98,11 @@ def once_key(namespace: str, key: str) -> str:
     return f"{namespace}:once:{key}"
 
 
+def recent_runs_key(namespace: str) -> str:
+    """Run-store key of the index of the namespace's most recent runs (newest 1,000)."""
+    return f"{namespace}:runs"
+
+
 def run_idempotency_key(namespace: str, key: str) -> str:
     """Run-store key that maps a caller's idempotency key to the run it started."""
     return f"{namespace}:run-key:{key}"

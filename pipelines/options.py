@@ -27,6 +27,10 @@ RETRIES: Final = "retries"
 TRACEBACK: Final = "traceback"
 #: Message option (Dramatiq's own): the time limit of this message, in milliseconds.
 TIME_LIMIT: Final = "time_limit"
+#: Message option: W3C trace context (traceparent, tracestate) of the span that published this message.
+TRACE: Final = "trace_context"
+#: Message option: trace parents of the spans a chord callback links to (its members).
+TRACE_LINKS: Final = "trace_links"
 #: Message option: the dead letter this message was replayed from.
 REPLAYED_FROM: Final = "replayed_from"
 

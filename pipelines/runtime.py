@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import dramatiq
 import orjson
+from opentelemetry import propagate, trace
 
 from pipelines import options as opt
 from pipelines.broker import PipelineBroker
@@ -25,7 +27,7 @@ from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
-from pipelines.plan import Frame, Leaf, compile_plan
+from pipelines.plan import Frame, Leaf, Plan, compile_plan
 from pipelines.store.base import Advance, Claim, NewRun, RunStore
 
 logger = logging.getLogger(__name__)
@@ -141,13 +143,30 @@ def _check_arguments(broker: PipelineBroker, leaves: Sequence[Leaf], given: Step
             ) from None
 
 
-class Runtime:
-    """Starts runs and advances them; holds no state of its own beyond the store."""
+class RunListener(Protocol):
+    """Told when a run ends and when a chord's barrier releases (the metrics middleware listens)."""
 
-    def __init__(self, *, store: RunStore, lease_s: float, max_result_bytes: int) -> None:
+    def run_finished(self, pipeline: str, outcome: Literal["succeeded", "failed"], duration_s: float) -> None: ...
+
+    def chord_released(self, pipeline: str, wait_s: float) -> None: ...
+
+
+class Runtime:
+    """Starts runs and advances them; holds no state of its own beyond the store.
+
+    With a ``tracer``, starting a run opens its root span (a child of the caller's current span) and
+    each completed step passes its trace parent to the store, so a chord callback can link to the spans
+    of all its members.
+    """
+
+    def __init__(
+        self, *, store: RunStore, lease_s: float, max_result_bytes: int, tracer: trace.Tracer | None = None
+    ) -> None:
         self.store = store
         self.lease_ms = int(lease_s * 1000)
         self.max_result_bytes = max_result_bytes
+        self.tracer = tracer
+        self.listeners: list[RunListener] = []
 
     # -- producer side --------------------------------------------------------------------------
 
@@ -188,10 +207,28 @@ class Runtime:
         _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
         run_id = uuid.uuid4().hex
         pipeline = name or "adhoc"
+        if self.tracer is None:
+            return self._start(broker, plan, run_id, pipeline, args, kwargs, idempotency_key, deadline_s)
+        attributes = {"pipeline.name": pipeline, "pipeline.run_id": run_id}
+        with self.tracer.start_as_current_span(f"run {pipeline}", kind=trace.SpanKind.PRODUCER, attributes=attributes):
+            return self._start(broker, plan, run_id, pipeline, args, kwargs, idempotency_key, deadline_s)
+
+    def _start(  # noqa: PLR0917 - private: start() names them all at its call sites
+        self,
+        broker: PipelineBroker,
+        plan: Plan,
+        run_id: str,
+        pipeline: str,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+        deadline_s: float | None,
+    ) -> tuple[str, bool]:
         correlation_id = current_correlation_id() or new_correlation_id()
         messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
         for message in messages:
             message.options[opt.CORRELATION] = correlation_id
+        span = trace.get_current_span().get_span_context()
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
@@ -201,6 +238,7 @@ class Runtime:
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
             deadline_s=deadline_s,
+            trace_id=format(span.trace_id, "032x") if span.is_valid else None,
         )
         run_id, created = self.store.create_run(record)
         if not created:
@@ -233,9 +271,18 @@ class Runtime:
                 f"Step {address.node} ({message.actor_name}) returned {len(value)} bytes, over "
                 f"store.max_result_bytes = {self.max_result_bytes}. Return an id or a URL, not the data."
             )
-        advance = self.store.complete_step(address.run_id, address.node, address.up, value)
+        advance = self.store.complete_step(
+            address.run_id, address.node, address.up, value, trace_parent=self._trace_parent()
+        )
         self._follow(broker, message, address, advance)
         return advance
+
+    def _trace_parent(self) -> str:
+        if self.tracer is None:
+            return ""
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return carrier.get("traceparent", "")
 
     def redrive(self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Advance:
         """Publish again what follows a step that already succeeded, if it never started."""
@@ -250,15 +297,33 @@ class Runtime:
         address: StepAddress,
         advance: Advance,
     ) -> None:
+        pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+        if advance.chord_wait_ms is not None:
+            for listener in self.listeners:
+                listener.chord_released(pipeline, advance.chord_wait_ms / 1000)
+        if advance.kind == "done" and advance.run_created_at_ms is not None:
+            for listener in self.listeners:
+                listener.run_finished(pipeline, "succeeded", time.time() - advance.run_created_at_ms / 1000)
         if advance.kind != "start":
             return
         assert advance.leaves_json is not None
         assert advance.value_json is not None
         leaves = [Leaf.from_json(data) for data in orjson.loads(advance.leaves_json)]
         given = StepInput((decode_value(advance.value_json),))
-        pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
-        broker.enqueue_many(step_messages(leaves, run_id=address.run_id, pipeline=pipeline, given=given))
+        messages = step_messages(leaves, run_id=address.run_id, pipeline=pipeline, given=given)
+        if advance.member_trace_parents:
+            for next_message in messages:
+                next_message.options[opt.TRACE_LINKS] = list(advance.member_trace_parents)
+        broker.enqueue_many(messages)
 
-    def fail(self, address: StepAddress, error: BaseException, *, final: bool) -> None:
+    def fail(
+        self, message: dramatiq.broker.MessageProxy, address: StepAddress, error: BaseException, *, final: bool
+    ) -> None:
         """Record a failed attempt; a final one fails the run with ``error`` recorded."""
-        self.store.fail_step(address.run_id, address.node, f"{type(error).__name__}: {error}", final=final)
+        created_at_ms = self.store.fail_step(
+            address.run_id, address.node, f"{type(error).__name__}: {error}", final=final
+        )
+        if created_at_ms is not None:
+            pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+            for listener in self.listeners:
+                listener.run_finished(pipeline, "failed", time.time() - created_at_ms / 1000)

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import dramatiq
 import pika
 import pytest
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
@@ -131,8 +132,8 @@ def make_app(backend: str) -> Iterator[MakeApp]:
     """Factory of apps on ``backend``, each in its own namespace, all cleaned up after the test."""
     apps: list[App] = []
 
-    def make(**sections: dict[str, Any]) -> App:
-        app = build_app(settings_for(backend, **sections))
+    def make(span_exporter: SpanExporter | None = None, **sections: dict[str, Any]) -> App:
+        app = build_app(settings_for(backend, **sections), span_exporter=span_exporter)
         apps.append(app)
         return app
 

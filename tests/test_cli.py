@@ -253,3 +253,17 @@ def test_worker_log_lines_are_json_with_the_ids_of_the_message_they_are_about(
     assert failure["correlation_id"]
     assert failure["message_id"]
     assert "non-positive total" in failure.get("exception", "")
+
+
+def test_top_shows_queues_with_their_depths_and_the_recent_runs(env: dict[str, str]) -> None:
+    started = pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/top.jpg", "--wait")
+    run_id = started.stdout.split()[0]
+
+    frame = pipelines(env, "top", "--once")
+
+    namespace = env["PIPELINES_NAMESPACE"]
+    assert frame.returncode == 0, frame.stderr
+    assert f"namespace {namespace}" in frame.stdout
+    assert re.search(rf"{namespace}\.images\.make_thumbnail\s+0\s+0", frame.stdout)
+    assert re.search(rf"{run_id}\s+thumbnails\s+succeeded\s+5/5", frame.stdout)
+    assert "(rates need [metrics] enabled" in frame.stdout

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
@@ -15,6 +17,9 @@ from pipelines.config import CONFIG_PATH_ENV, ENV_PREFIX, Settings, load_setting
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TOML = ROOT / "config.toml"
+ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
+GRAFANA = ROOT / "deploy" / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "rabbit-pipelines.json"
 SERVICES = {"rabbitmq", "redis", "jaeger", "prometheus", "grafana", "worker", "scheduler"}
 APP_SERVICES = ["worker", "scheduler"]
 
@@ -64,6 +69,35 @@ def _published(service: dict[str, Any]) -> set[tuple[int, int]]:
         *_ip, host, container = str(entry).split(":")
         pairs.add((int(host), int(container.split("/")[0])))
     return pairs
+
+
+def _bind_mounts(service: dict[str, Any]) -> dict[PurePosixPath, Path]:
+    """Container path -> path in this repository, of every bind mount of the service."""
+    mounts: dict[PurePosixPath, Path] = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            source, target = str(volume.get("source", "")), str(volume.get("target", ""))
+        else:
+            source, target, *_mode = str(volume).split(":")
+        if source.startswith((".", "/")):
+            mounts[PurePosixPath(target)] = (ROOT / source).resolve()
+    return mounts
+
+
+def _host_path(service: dict[str, Any], container_path: str) -> Path | None:
+    """The file of this repository a path in the service's container shows, through its bind mounts."""
+    path = PurePosixPath(container_path)
+    # The deepest mount wins, as in the container.
+    for target, source in sorted(_bind_mounts(service).items(), key=lambda item: len(item[0].parts), reverse=True):
+        if path == target or target in path.parents:
+            return source.joinpath(*path.relative_to(target).parts)
+    return None
+
+
+def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for panel in panels:
+        yield panel
+        yield from _panels(panel.get("panels", []))
 
 
 def _setting_exists(env_name: str) -> bool:
@@ -213,3 +247,77 @@ def test_grafana_datasource_points_at_the_prometheus_service(services: dict[str,
     prometheus_ports = {container for _, container in _published(services["prometheus"])}
     assert url.hostname == "prometheus"
     assert url.port in prometheus_ports
+
+
+def test_grafana_dashboards_query_the_provisioned_prometheus_datasource_by_its_uid() -> None:
+    datasource = _load_yaml(GRAFANA / "provisioning" / "datasources" / "prometheus.yml")["datasources"][0]
+    assert datasource.get("uid"), "the provisioned datasource has no fixed uid for dashboards to refer to"
+    dashboard = json.loads(DASHBOARD.read_text())
+
+    references = [
+        reference
+        for panel in _panels(dashboard["panels"])
+        for reference in [panel.get("datasource"), *(target.get("datasource") for target in panel.get("targets", []))]
+        if reference is not None
+    ]
+
+    assert references, "the dashboard names no datasource"
+    assert all(reference == {"type": "prometheus", "uid": datasource["uid"]} for reference in references)
+
+
+def test_prometheus_mounts_its_config_and_the_alert_rules_it_loads(services: dict[str, dict[str, Any]]) -> None:
+    prometheus = services["prometheus"]
+    # The image reads /etc/prometheus/prometheus.yml unless the command names another file.
+    assert "--config.file" not in str(prometheus.get("command", ""))
+    config_file = _host_path(prometheus, "/etc/prometheus/prometheus.yml")
+    assert config_file == (ROOT / "deploy" / "prometheus" / "prometheus.yml").resolve()
+
+    rule_files = _load_yaml(config_file).get("rule_files", [])
+    loaded = [_host_path(prometheus, path) for path in rule_files]
+
+    assert None not in loaded, f"prometheus.yml loads rule files compose does not mount: {rule_files}"
+    assert ALERTS.resolve() in loaded
+
+
+def test_grafana_mounts_the_dashboard_provisioning_and_the_dashboards_it_loads(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    grafana = services["grafana"]
+    provisioning = _host_path(grafana, "/etc/grafana/provisioning/dashboards")
+    assert provisioning is not None, "grafana does not mount /etc/grafana/provisioning/dashboards"
+    providers = [
+        provider
+        for provider_file in sorted(provisioning.glob("*.y*ml"))
+        for provider in _load_yaml(provider_file).get("providers", [])
+        if provider.get("type", "file") == "file"
+    ]
+    assert providers, f"no file dashboard provider in {provisioning}"
+
+    folders = [_host_path(grafana, provider["options"]["path"]) for provider in providers]
+
+    assert None not in folders, "a dashboard provider reads a folder grafana does not mount"
+    assert DASHBOARD.resolve().parent in folders
+    assert DASHBOARD.exists()
+
+
+@pytest.mark.parametrize("app_service", APP_SERVICES)
+def test_app_environment_enables_metrics_and_telemetry(
+    services: dict[str, dict[str, Any]], clean_env: pytest.MonkeyPatch, app_service: str
+) -> None:
+    environment = _environment(services[app_service])
+    for name, value in environment.items():
+        clean_env.setenv(name, value)
+
+    settings = load_settings(CONFIG_TOML)
+
+    assert settings.metrics.enabled
+    assert settings.telemetry.enabled
+    # prometheus_client's multiprocess mode adds up the metrics of every worker process from this folder,
+    # which must start empty: a tmpfs is, at every start of the container.
+    multiproc_dir = environment["PROMETHEUS_MULTIPROC_DIR"]
+    assert PurePosixPath(multiproc_dir).is_absolute()
+    assert multiproc_dir in services[app_service].get("tmpfs", [])
+
+
+def test_worker_and_scheduler_share_one_environment(services: dict[str, dict[str, Any]]) -> None:
+    assert _environment(services["worker"]) == _environment(services["scheduler"])

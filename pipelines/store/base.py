@@ -42,6 +42,8 @@ class NewRun:
     correlation_id: str | None = None
     deadline_s: float | None = None
     """Seconds from creation after which no further step starts and the run fails."""
+    trace_id: str | None = None
+    """The run's trace (hex), to find it in Jaeger."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class RunStatus:
     error: str | None = None
     failed_step: str | None = None
     correlation_id: str | None = None
+    trace_id: str | None = None
     steps: tuple[StepStatus, ...] = field(default_factory=tuple)
 
     @property
@@ -131,6 +134,12 @@ class Advance:
     node: str | None = None
     value_json: str | None = None
     leaves_json: str | None = None
+    member_trace_parents: tuple[str, ...] = ()
+    """Trace parents of the members of the barrier this step released (a chord callback links them)."""
+    chord_wait_ms: int | None = None
+    """How long that barrier waited between its first and its last member."""
+    run_created_at_ms: int | None = None
+    """On ``done``: when the run was created."""
 
 
 class RunStore(Protocol):
@@ -138,6 +147,9 @@ class RunStore(Protocol):
 
     def create_run(self, run: NewRun) -> tuple[str, bool]:
         """Record a new run; returns (run id, created). An existing idempotency key returns its run."""
+
+    def recent_runs(self, limit: int) -> list[str]:
+        """Ids of the namespace's newest runs, newest first (at most the last 1,000)."""
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         """The id of the run an idempotency key started, if it is still retained."""
@@ -149,15 +161,21 @@ class RunStore(Protocol):
         step still marked running is the retry of that step, not a duplicate.
         """
 
-    def complete_step(self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None) -> Advance:
+    def complete_step(
+        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
+    ) -> Advance:
         """Record a step's result and decide what follows, atomically.
 
         ``value_json=None`` re-drives a step that already succeeded: the continuation is returned again
         only if it never started, so a lost publish is repaired and a duplicate does nothing.
         """
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> None:
-        """Record a failed attempt; a final failure fails the run (the first one wins)."""
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
+        """Record a failed attempt; a final failure fails the run (the first one wins).
+
+        Returns:
+            When this call failed the run: the run's creation time (epoch ms); else None.
+        """
 
     def fail_run(self, run_id: str, error: str) -> None:
         """Fail a run that could not be started (its first publish failed)."""

@@ -59,7 +59,9 @@ class _Run:
     failed_step: str | None = None
     results: dict[str, str] = field(default_factory=dict)
     barriers: dict[str, dict[int, str]] = field(default_factory=dict)
+    barrier_meta: dict[str, dict[str, str]] = field(default_factory=dict)
     correlation_id: str | None = None
+    trace_id: str | None = None
     deadline_at_ms: int | None = None
 
     def past_deadline(self, node: str) -> bool:
@@ -108,9 +110,15 @@ class MemoryRunStore:
                 starts=dict(run.starts),
                 entries=dict(run.entries),
                 correlation_id=run.correlation_id,
+                trace_id=run.trace_id,
                 deadline_at_ms=_now_ms() + round(run.deadline_s * 1000) if run.deadline_s else None,
             )
             return run.run_id, True
+
+    def recent_runs(self, limit: int) -> list[str]:
+        with self._changed:
+            live = [run for run in self._runs.values() if run.expires_at_ms > _now_ms()]
+            return [run.run_id for run in sorted(live, key=lambda r: r.created_at_ms, reverse=True)[:limit]]
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         with self._changed:
@@ -144,16 +152,18 @@ class MemoryRunStore:
             self._changed.notify_all()
             return Claim("run", attempt=step.attempts)
 
-    def complete_step(self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None) -> Advance:
+    def complete_step(
+        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
+    ) -> Advance:
         with self._changed:
             run = self._live(run_id)
             step = run.steps.get(node) if run else None
             if run is None or step is None:
                 return Advance("missing")
-            return self._advance(run, node, step, up, value_json)
+            return self._advance(run, node, step, up, value_json, trace_parent)
 
-    def _advance(  # noqa: PLR0911, PLR0912 - one branch per outcome, kept in the order of complete.lua
-        self, run: _Run, node: str, step: _Step, up: Sequence[Frame], value_json: str | None
+    def _advance(  # noqa: PLR0911, PLR0912, PLR0917 - one branch per outcome, in the order of complete.lua
+        self, run: _Run, node: str, step: _Step, up: Sequence[Frame], value_json: str | None, trace_parent: str
     ) -> Advance:
         redrive = step.state == "succeeded"
         if not redrive:
@@ -180,6 +190,8 @@ class MemoryRunStore:
         elif first is None or first.kind == "c":
             run.results[node] = value  # type: ignore[assignment]
         assert value is not None
+        links: tuple[str, ...] = ()
+        wait_ms: int | None = None
         for frame in up:
             if frame.kind == "c":
                 if frame.index < frame.count - 1:
@@ -189,30 +201,50 @@ class MemoryRunStore:
                     if run.past_deadline(node):
                         self._touch(run)
                         return Advance("stopped")
-                    return Advance("start", node=child, value_json=value, leaves_json=run.starts.get(child, "[]"))
+                    return Advance(
+                        "start",
+                        node=child,
+                        value_json=value,
+                        leaves_json=run.starts.get(child, "[]"),
+                        member_trace_parents=links,
+                        chord_wait_ms=wait_ms,
+                    )
                 continue
             barrier = run.barriers.setdefault(frame.node, {})
+            meta = run.barrier_meta.setdefault(frame.node, {})
             if frame.index not in barrier:
                 barrier[frame.index] = value
+                meta.setdefault("t0", str(_now_ms()))
+                if trace_parent:
+                    meta[str(frame.index)] = trace_parent
             elif not redrive:
                 return Advance("duplicate")
             if len(barrier) < frame.count:
                 return Advance("waiting")
             value = "[" + ",".join(barrier[i] for i in range(frame.count)) + "]"
+            links = tuple(parent for key, parent in meta.items() if key != "t0")
+            wait_ms = _now_ms() - int(meta["t0"])
         run.state, run.result_json, run.finished_at_ms = "succeeded", value, _now_ms()
         self._touch(run)
-        return Advance("done", value_json=value)
+        return Advance(
+            "done",
+            value_json=value,
+            run_created_at_ms=run.created_at_ms,
+            member_trace_parents=links,
+            chord_wait_ms=wait_ms,
+        )
 
     @staticmethod
     def _started(run: _Run, child: str) -> bool:
         return all(run.steps[node].state != "pending" for node in run.entries.get(child, ()))
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> None:
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
         with self._changed:
             run = self._live(run_id)
             step = run.steps.get(node) if run else None
             if run is None or step is None or step.state == "succeeded":
-                return
+                return None
+            failed_run = None
             step.error, step.lease_until_ms = error, None
             if final:
                 step.state, step.finished_at_ms = "failed", _now_ms()
@@ -224,9 +256,11 @@ class MemoryRunStore:
                         _now_ms(),
                     )
                     self._touch(run)
+                    failed_run = run.created_at_ms
             else:
                 step.state = "retrying"
             self._changed.notify_all()
+            return failed_run
 
     def _finish(self, run_id: str, state: RunState, error: str | None) -> bool:
         with self._changed:
@@ -361,5 +395,6 @@ def _snapshot(run: _Run) -> RunStatus:
         "error": run.error,
         "failed_step": run.failed_step,
         "correlation_id": run.correlation_id,
+        "trace_id": run.trace_id,
     }
     return replace(RunStatus(**fields), steps=steps)

@@ -19,7 +19,7 @@ import redis
 
 from pipelines.config import mask_url
 from pipelines.errors import StoreUnavailable
-from pipelines.naming import idempotency_record_key, once_key, run_idempotency_key, run_key
+from pipelines.naming import idempotency_record_key, once_key, recent_runs_key, run_idempotency_key, run_key
 from pipelines.plan import Frame
 from pipelines.store.base import (
     FINAL_RUN_STATES,
@@ -96,14 +96,21 @@ class RedisRunStore:
             len(run.starts),
             run.correlation_id or "",
             round((run.deadline_s or 0) * 1000),
+            run.trace_id or "",
         ]
         for node, actor in run.steps:
             args += [node, orjson.dumps({"a": actor, "s": "pending"})]
         for node, leaves in run.starts.items():
             args += [node, leaves, " ".join(run.entries[node])]
         with self._answering():
-            created, run_id = cast(list[Any], self._create(keys=[self._key(run.run_id), idem], args=args))
+            keys = [self._key(run.run_id), idem, recent_runs_key(self._namespace)]
+            created, run_id = cast(list[Any], self._create(keys=keys, args=args))
         return _text(run_id), bool(created)
+
+    def recent_runs(self, limit: int) -> list[str]:
+        with self._answering():
+            ids = self._redis.zrevrange(recent_runs_key(self._namespace), 0, limit - 1)
+        return [_text(run_id) for run_id in ids]
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         with self._answering():
@@ -122,24 +129,41 @@ class RedisRunStore:
             return Claim("stopped", run_state=_text(reply[1]))
         return Claim(cast(Any, kind))
 
-    def complete_step(self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None) -> Advance:
+    def complete_step(
+        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
+    ) -> Advance:
         frames = orjson.dumps([f.to_json() for f in up])
+        args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent]
         with self._answering():
-            reply = cast(
-                list[Any],
-                self._complete(keys=[self._key(run_id)], args=[node, value_json or "", frames, self._retention_ms]),
-            )
+            reply = cast(list[Any], self._complete(keys=[self._key(run_id)], args=args))
         kind = _text(reply[0])
         if kind == "start":
             leaves = _text(reply[3]) if reply[3] is not None else "[]"
-            return Advance("start", node=_text(reply[1]), value_json=_text(reply[2]), leaves_json=leaves)
+            return Advance(
+                "start",
+                node=_text(reply[1]),
+                value_json=_text(reply[2]),
+                leaves_json=leaves,
+                member_trace_parents=tuple(_text(reply[4]).split()),
+                chord_wait_ms=int(reply[5]) if _text(reply[4]) or int(reply[5]) else None,
+            )
         if kind == "done":
-            return Advance("done", value_json=_text(reply[1]))
+            return Advance(
+                "done",
+                value_json=_text(reply[1]),
+                run_created_at_ms=int(reply[2]),
+                member_trace_parents=tuple(_text(reply[3]).split()),
+                chord_wait_ms=int(reply[4]) if _text(reply[3]) or int(reply[4]) else None,
+            )
         return Advance(cast(Any, kind))
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> None:
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
         with self._answering():
-            self._fail(keys=[self._key(run_id)], args=[node, error, "1" if final else "0", self._retention_ms])
+            reply = cast(
+                list[Any],
+                self._fail(keys=[self._key(run_id)], args=[node, error, "1" if final else "0", self._retention_ms]),
+            )
+        return int(reply[1]) if int(reply[0]) else None
 
     def fail_run(self, run_id: str, error: str) -> None:
         with self._answering():
@@ -280,5 +304,6 @@ def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatu
         error=field("error"),
         failed_step=field("failed_step"),
         correlation_id=field("correlation_id"),
+        trace_id=field("trace_id"),
         steps=tuple(step_list),
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
-from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, PipelineSteps, Timeout
+from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, Metrics, PipelineSteps, Timeout, Tracing
 from pipelines.app import build_app, build_middleware
 from pipelines.runtime import Runtime
 from pipelines.store import MemoryRunStore
@@ -16,7 +16,15 @@ from pipelines.testing import embedded_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules above the core: the public surface, the composition root and what builds on it.
-TOP = {"pipelines", "pipelines.app", "pipelines.cli", "pipelines.demo", "pipelines.testing"}
+TOP = {
+    "pipelines",
+    "pipelines.app",
+    "pipelines.cli",
+    "pipelines.demo",
+    "pipelines.exposition",
+    "pipelines.testing",
+    "pipelines.top",
+}
 
 
 def test_the_middleware_run_in_one_documented_order() -> None:
@@ -102,3 +110,15 @@ def test_the_middleware_import_only_the_core() -> None:
             name for name in _imports(path) if _above_the_core(name) and not name.startswith("middleware")
         )
         assert not forbidden, f"{_module(path)} imports {forbidden}"
+
+
+def test_tracing_and_metrics_come_right_after_the_correlation_id_when_enabled() -> None:
+    settings = embedded_settings(telemetry={"enabled": True}, metrics={"enabled": True, "multiprocess": False})
+
+    app = build_app(settings)
+    order = [type(m) for m in app.broker.middleware]
+
+    assert order[:4] == [CorrelationId, Tracing, Metrics, AgeLimit]
+    assert app.runtime.tracer is not None
+    assert any(isinstance(listener, Metrics) for listener in app.runtime.listeners)
+    app.close()

@@ -1,8 +1,11 @@
 -- Record a step's result and decide what follows, in one atomic step.
--- KEYS[1] run key; ARGV: step id, value json ('' to re-drive), frames json, retention_ms
+-- KEYS[1] run key; ARGV: step id, value json ('' to re-drive), frames json, retention_ms,
+--       the step's trace parent ('' if not traced)
 -- Frames are the step's ancestors, nearest first: {kind ('c' chain | 'p' parallel), id, index, count}.
--- Returns {'start', step id, value, leaves json} | {'waiting'} | {'done', value} | {'duplicate'}
+-- Returns {'start', step id, value, leaves json, member trace parents, chord wait ms}
+--       | {'waiting'} | {'done', value, created_at, member trace parents, chord wait ms} | {'duplicate'}
 --       | {'stopped', run_status} | {'missing'}
+-- (member trace parents and chord wait describe the last barrier the step released, if any)
 local run = KEYS[1]
 local node = ARGV[1]
 local ttl = tonumber(ARGV[4])
@@ -61,6 +64,7 @@ local function past_deadline()
   return false
 end
 
+local links, wait = '', 0
 for _, frame in ipairs(frames) do
   local kind, parent, index, count = frame[1], frame[2], frame[3], frame[4]
   if kind == 'c' then
@@ -68,12 +72,16 @@ for _, frame in ipairs(frames) do
       local child = parent .. '.' .. (index + 1)
       if redrive and already_started(child) then return {'duplicate'} end
       if past_deadline() then return {'stopped', 'failed'} end
-      return {'start', child, value, redis.call('HGET', run .. ':starts', child)}
+      return {'start', child, value, redis.call('HGET', run .. ':starts', child), links, wait}
     end
   else
     local barrier = run .. ':bar:' .. parent
+    local meta = barrier .. ':meta'
     if redis.call('HSETNX', barrier, index, value) == 1 then
+      redis.call('HSETNX', meta, 't0', now)
+      if ARGV[5] ~= '' then redis.call('HSET', meta, index, ARGV[5]) end
       redis.call('PEXPIRE', barrier, ttl)
+      redis.call('PEXPIRE', meta, ttl)
     elseif not redrive then
       return {'duplicate'}
     end
@@ -82,6 +90,13 @@ for _, frame in ipairs(frames) do
     local ordered = {}
     for j = 1, #flat, 2 do ordered[tonumber(flat[j]) + 1] = flat[j + 1] end
     value = '[' .. table.concat(ordered, ',') .. ']'
+    local parents = {}
+    local described = redis.call('HGETALL', meta)
+    for j = 1, #described, 2 do
+      if described[j] == 't0' then wait = now - tonumber(described[j + 1])
+      else table.insert(parents, described[j + 1]) end
+    end
+    links = table.concat(parents, ' ')
   end
 end
 
@@ -90,4 +105,4 @@ redis.call('PUBLISH', run, 'succeeded')
 for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
   redis.call('PEXPIRE', key, ttl)
 end
-return {'done', value}
+return {'done', value, redis.call('HGET', run, 'created_at'), links, wait}

@@ -1,7 +1,7 @@
 -- Create a run, or return the run an idempotency key already started.
--- KEYS[1] run key, KEYS[2] idempotency key ('' for none)
+-- KEYS[1] run key, KEYS[2] idempotency key ('' for none), KEYS[3] the namespace's recent-runs index
 -- ARGV: run_id, pipeline, retention_ms, idempotency_key, n_steps, n_starts, correlation id,
---       deadline in ms from now (0 for none),
+--       deadline in ms from now (0 for none), trace id ('' for none),
 --       then n_steps pairs (step id, step json), then n_starts triples (step id, leaves json, entry ids)
 local run = KEYS[1]
 local ttl = tonumber(ARGV[3])
@@ -15,7 +15,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', run, 'id', ARGV[1], 'pipeline', ARGV[2], 'status', 'pending', 'created_at', now,
   'idempotency_key', ARGV[4], 'correlation_id', ARGV[7])
 if tonumber(ARGV[8]) > 0 then redis.call('HSET', run, 'deadline_at', now + tonumber(ARGV[8])) end
-local i = 9
+if ARGV[9] ~= '' then redis.call('HSET', run, 'trace_id', ARGV[9]) end
+local i = 10
 for _ = 1, tonumber(ARGV[5]) do
   redis.call('HSET', run .. ':steps', ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -28,4 +29,7 @@ end
 for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries'}) do
   redis.call('PEXPIRE', key, ttl)
 end
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1001)
+redis.call('PEXPIRE', KEYS[3], ttl)
 return {1, ARGV[1]}

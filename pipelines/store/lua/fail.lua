@@ -1,12 +1,13 @@
 -- Record a failed attempt of a step; a final failure fails the run (the first one wins).
 -- KEYS[1] run key; ARGV: step id, error text, final ('1' | '0'), retention_ms
+-- Returns {1, created_at} when this failure failed the run, else {0}
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
-if not status then return 0 end
+if not status then return {0} end
 local raw = redis.call('HGET', run .. ':steps', ARGV[1])
-if not raw then return 0 end
+if not raw then return {0} end
 local step = cjson.decode(raw)
-if step.s == 'succeeded' then return 0 end
+if step.s == 'succeeded' then return {0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 step.e = ARGV[2]
@@ -18,11 +19,14 @@ else
   step.s = 'retrying'
 end
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
+local failed_run = 0
 if ARGV[3] == '1' and (status == 'pending' or status == 'running') then
+  failed_run = 1
   redis.call('HSET', run, 'status', 'failed', 'error', ARGV[2], 'failed_step', ARGV[1], 'finished_at', now)
   for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
     redis.call('PEXPIRE', key, tonumber(ARGV[4]))
   end
 end
 redis.call('PUBLISH', run, step.s)
-return 1
+if failed_run == 1 then return {1, redis.call('HGET', run, 'created_at')} end
+return {0}

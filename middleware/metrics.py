@@ -1,0 +1,280 @@
+"""Prometheus metrics of workers, correct with ``dramatiq --processes N`` on one port.
+
+Every worker process writes its samples with prometheus-client's multiprocess mode into one directory
+(``[metrics] multiprocess_dir``); one extra process, started by the `dramatiq` CLI through this
+middleware's ``forks``, serves them all on ``[metrics] port`` and samples queue and dead-letter depths
+from RabbitMQ on an interval. Labels stay small and fixed: queue, actor, pipeline, outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from pipelines.config import MetricsConfig
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+logger = logging.getLogger(__name__)
+
+#: The environment variable prometheus-client reads to pick multiprocess mode.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Step durations, in seconds.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+#: Run durations and chord waits, in seconds.
+RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+#: Proxy attribute a middleware sets when it skips a message as a duplicate.
+DUPLICATE_ATTRIBUTE = "skipped_as_duplicate"
+#: Proxy attribute ``Backoff`` sets when it scheduled a retry.
+RETRY_ATTRIBUTE = "retry_scheduled"
+
+
+def multiprocess_dir(config: MetricsConfig, namespace: str) -> Path:
+    """Where worker processes of ``namespace`` write their samples (the environment variable wins)."""
+    if os.environ.get(MULTIPROC_ENV):
+        return Path(os.environ[MULTIPROC_ENV])
+    return config.multiprocess_dir or Path(tempfile.gettempdir()) / f"pipelines-metrics-{namespace}"
+
+
+class Metrics(Middleware):
+    """Counts, times and gauges messages, runs, workers and schedules (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: MetricsConfig,
+        namespace: str,
+        serve: Callable[[], int] | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.namespace = namespace
+        self._serve = serve
+        self._registry = registry
+        self._ready = threading.Lock()
+        self._started = threading.local()
+        self._heartbeat_stop = threading.Event()
+        self._booted = False
+        self._scheduler_serving = False
+        self.instruments: dict[str, Any] = {}
+
+    @property
+    def forks(self) -> list[Callable[[], int]]:
+        # The `dramatiq` CLI runs each fork, by its import path, in a process of its own.
+        return [self._serve] if self._serve is not None else []
+
+    # -- setup ---------------------------------------------------------------------------------------
+
+    def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        # The `periodiq` scheduler enqueues each tick with `scheduled_at`; it is no worker, so it serves
+        # its own small set of metrics: when each job last ticked, and how often it should.
+        if "scheduled_at" not in message.options or self._booted:
+            return
+        self._serve_scheduler(broker)
+        self._metric("schedule_last_tick").labels(message.actor_name).set(time.time())
+
+    def _serve_scheduler(self, broker: dramatiq.Broker) -> None:
+        with self._ready:
+            if self._scheduler_serving:
+                return
+            self._scheduler_serving = True
+        for actor in broker.actors.values():
+            interval = schedule_interval_s(actor.options.get("periodic"))
+            if interval is not None:
+                self._metric("schedule_interval").labels(actor.actor_name).set(interval)
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(self.config.port, self.config.host, registry=self._setup_registry())
+        except OSError as e:
+            logger.warning("Scheduler metrics not served on %s:%d: %s.", self.config.host, self.config.port, e)
+
+    def _setup_registry(self) -> CollectorRegistry:
+        self._setup()
+        return self.registry
+
+    def after_process_boot(self, broker: dramatiq.Broker) -> None:
+        self._booted = True
+        # A `dramatiq` worker process: samples go to the shared directory, served by the fork. The
+        # directory must be known before prometheus-client is first imported in this process.
+        if self.config.multiprocess:
+            directory = multiprocess_dir(self.config, self.namespace)
+            directory.mkdir(parents=True, exist_ok=True)
+            os.environ[MULTIPROC_ENV] = str(directory)
+        self._setup()
+
+    def _setup(self) -> dict[str, Any]:
+        with self._ready:
+            if not self.instruments:
+                from prometheus_client import CollectorRegistry
+
+                self.registry = self._registry or CollectorRegistry()
+                self.instruments = _instruments(self.registry)
+            return self.instruments
+
+    def _metric(self, name: str) -> Any:
+        return (self.instruments or self._setup())[name]
+
+    # -- messages ------------------------------------------------------------------------------------
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        self._metric("in_flight").labels(message.queue_name, message.actor_name).inc()
+        self._started.at = time.perf_counter()
+
+    def _finish(self, message: dramatiq.broker.MessageProxy) -> tuple[str, str]:
+        labels = (message.queue_name, message.actor_name)
+        self._metric("in_flight").labels(*labels).dec()
+        return labels
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        labels = self._finish(message)
+        started = getattr(self._started, "at", None)
+        if started is not None:
+            self._metric("duration").labels(*labels).observe(time.perf_counter() - started)
+        self._metric("processed").labels(*labels).inc()
+        if exception is not None:
+            self._metric("failed").labels(*labels).inc()
+        if getattr(message, RETRY_ATTRIBUTE, False):
+            self._metric("retried").labels(*labels).inc()
+        if "scheduled_at" in message.options:
+            self._metric("schedule_last_run").labels(message.actor_name).set(time.time())
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        labels = self._finish(message)
+        if getattr(message, DUPLICATE_ATTRIBUTE, False):
+            self._metric("duplicates").labels(*labels).inc()
+
+    def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        self._metric("dead_lettered").labels(message.queue_name, message.actor_name).inc()
+
+    # -- runs (the runtime calls these: see pipelines.runtime.RunListener) ---------------------------
+
+    def run_finished(self, pipeline: str, outcome: Literal["succeeded", "failed"], duration_s: float) -> None:
+        self._metric("runs").labels(pipeline, outcome).inc()
+        self._metric("run_duration").labels(pipeline).observe(duration_s)
+
+    def chord_released(self, pipeline: str, wait_s: float) -> None:
+        self._metric("chord_wait").labels(pipeline).observe(wait_s)
+
+    # -- worker liveness and schedules ---------------------------------------------------------------
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        for actor in broker.actors.values():
+            interval = schedule_interval_s(actor.options.get("periodic"))
+            if interval is not None:
+                self._metric("schedule_interval").labels(actor.actor_name).set(interval)
+        self._heartbeat_stop.clear()
+        threading.Thread(target=self._beat, name="pipelines-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        while True:
+            self._metric("heartbeat").set(time.time())
+            if self._heartbeat_stop.wait(self.config.heartbeat_interval_s):
+                return
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._heartbeat_stop.set()
+        if self.config.multiprocess and os.environ.get(MULTIPROC_ENV):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+def schedule_interval_s(spec: Any) -> float | None:
+    """Seconds between two ticks of a periodiq cron spec (None for anything else)."""
+    if spec is None or not hasattr(spec, "next_valid_date"):
+        return None
+    import pendulum
+
+    first = spec.next_valid_date(pendulum.now())
+    return float((spec.next_valid_date(first) - first).total_seconds())
+
+
+def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    message = ["queue", "actor"]
+
+    def counter(name: str, text: str, labels: Iterable[str] = message) -> Any:
+        return Counter(name, text, list(labels), registry=registry)
+
+    return {
+        "processed": counter("pipelines_messages_processed", "Messages processed (succeeded or failed)."),
+        "failed": counter("pipelines_messages_failed", "Messages whose actor raised."),
+        "retried": counter("pipelines_messages_retried", "Retries scheduled."),
+        "dead_lettered": counter("pipelines_messages_dead_lettered", "Messages rejected to a dead-letter queue."),
+        "duplicates": counter("pipelines_messages_duplicates_skipped", "Duplicates skipped by their key."),
+        "duration": Histogram(
+            "pipelines_message_duration_seconds",
+            "Time an actor took.",
+            message,
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        ),
+        "in_flight": Gauge(
+            "pipelines_messages_in_flight",
+            "Messages being processed.",
+            message,
+            multiprocess_mode="livesum",
+            registry=registry,
+        ),
+        "runs": counter("pipelines_runs", "Pipeline runs that ended, by outcome.", ["pipeline", "outcome"]),
+        "run_duration": Histogram(
+            "pipelines_run_duration_seconds",
+            "Run duration, creation to end.",
+            ["pipeline"],
+            buckets=RUN_BUCKETS,
+            registry=registry,
+        ),
+        "chord_wait": Histogram(
+            "pipelines_chord_wait_seconds",
+            "Time a chord barrier waited between its first and last member.",
+            ["pipeline"],
+            buckets=RUN_BUCKETS,
+            registry=registry,
+        ),
+        "heartbeat": Gauge(
+            "pipelines_worker_heartbeat_timestamp_seconds",
+            "When each worker process was last alive.",
+            multiprocess_mode="all",
+            registry=registry,
+        ),
+        "schedule_last_run": Gauge(
+            "pipelines_schedule_last_run_timestamp_seconds",
+            "When each scheduled job last ran.",
+            ["actor"],
+            multiprocess_mode="max",
+            registry=registry,
+        ),
+        "schedule_last_tick": Gauge(
+            "pipelines_schedule_last_tick_timestamp_seconds",
+            "When the scheduler last sent each scheduled job.",
+            ["actor"],
+            multiprocess_mode="max",
+            registry=registry,
+        ),
+        "schedule_interval": Gauge(
+            "pipelines_schedule_interval_seconds",
+            "Expected time between two runs of each scheduled job.",
+            ["actor"],
+            multiprocess_mode="max",
+            registry=registry,
+        ),
+    }

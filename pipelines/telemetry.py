@@ -1,0 +1,58 @@
+"""The OpenTelemetry tracer of an app, built from ``[telemetry]``: OTLP export in batches, sampling.
+
+Export happens on the SDK's batch processor thread: processing never waits for the collector, and a
+collector that is down costs dropped spans, never a failed or slowed message.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+from pipelines.config import TelemetryConfig
+from pipelines.errors import ConfigError
+
+#: Instrumentation name of the tracer.
+TRACER_NAME = "rabbit-pipelines"
+#: Seconds an export may take before the exporter gives up on that batch.
+EXPORT_TIMEOUT_S = 10
+
+
+def make_exporter(config: TelemetryConfig) -> SpanExporter:
+    """The OTLP exporter ``config.protocol`` names.
+
+    Raises:
+        ConfigError: gRPC was asked for but its exporter is not installed.
+    """
+    endpoint = config.endpoint.rstrip("/")
+    if config.protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError:
+            raise ConfigError(
+                "telemetry.protocol = 'grpc' needs the gRPC exporter: pip install 'rabbit-pipelines[grpc]', "
+                "or use 'http/protobuf'."
+            ) from None
+        return GrpcExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces", timeout=EXPORT_TIMEOUT_S)
+
+
+def make_tracer_provider(config: TelemetryConfig, *, exporter: SpanExporter | None = None) -> TracerProvider:
+    """A tracer provider exporting in batches to ``config.endpoint`` (or to ``exporter``)."""
+    resource = Resource.create({"service.name": config.service_name, **config.resource_attributes})
+    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
+    provider.add_span_processor(BatchSpanProcessor(exporter or make_exporter(config)))
+    return provider
+
+
+def install(provider: TracerProvider) -> trace.Tracer:
+    """Our tracer; ``provider`` also becomes the process's global one unless the process set its own,
+    so spans that actor code starts land in the same traces."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(provider)
+    return provider.get_tracer(TRACER_NAME)

@@ -1,0 +1,108 @@
+"""Metrics in one process: what the middleware count, and what the scheduler serves."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from typing import Any
+
+import dramatiq
+import pytest
+from periodiq import cron
+from prometheus_client import CollectorRegistry
+
+from middleware import Metrics
+from pipelines import chain, chord, map
+from pipelines.config import MetricsConfig
+
+TIMEOUT_S = 30
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    found = registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+@pytest.fixture
+def counted(make_app: Any) -> tuple[Any, CollectorRegistry]:
+    app = make_app(metrics={"enabled": True, "multiprocess": False})
+    metrics = next(m for m in app.broker.middleware if isinstance(m, Metrics))
+    metrics._setup()
+    return app, metrics.registry
+
+
+def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
+    counted: tuple[Any, CollectorRegistry], start_worker: Any, observe: Any
+) -> None:
+    app, registry = counted
+    observer = observe(app)
+    attempts: list[int] = []
+
+    @dramatiq.actor(broker=app.broker)
+    def square(x: int) -> int:
+        return x * x
+
+    @dramatiq.actor(broker=app.broker)
+    def total(xs: list[int]) -> int:
+        return sum(xs)
+
+    @dramatiq.actor(broker=app.broker, max_retries=1, min_backoff=1, max_backoff=5)
+    def broken(x: int) -> None:
+        attempts.append(x)
+        raise ValueError(x)
+
+    @dramatiq.actor(broker=app.broker, idempotency_key=lambda x: f"once-{x}")
+    def once(x: int) -> None:
+        pass
+
+    start_worker(app)
+    assert app.start(chord(map(square, range(3)), then=total)).result(timeout_s=TIMEOUT_S) == 5
+    assert app.start(chain(broken), args=(1,)).wait(TIMEOUT_S).state == "failed"
+    once.send(1)
+    observer.wait_handled("once", 1)
+    once.send(1)
+    observer.wait_handled("once", 2)
+    observer.wait_dead_lettered("broken", 1)
+
+    assert value(registry, "pipelines_messages_processed_total", queue="default", actor="square") == 3
+    assert value(registry, "pipelines_messages_failed_total", queue="default", actor="broken") == 2
+    assert value(registry, "pipelines_messages_retried_total", queue="default", actor="broken") == 1
+    assert value(registry, "pipelines_messages_dead_lettered_total", queue="default", actor="broken") == 1
+    assert value(registry, "pipelines_messages_duplicates_skipped_total", queue="default", actor="once") == 1
+    assert value(registry, "pipelines_message_duration_seconds_count", queue="default", actor="square") == 3
+    assert value(registry, "pipelines_messages_in_flight", queue="default", actor="square") == 0
+    assert value(registry, "pipelines_runs_total", pipeline="adhoc", outcome="succeeded") == 1
+    assert value(registry, "pipelines_runs_total", pipeline="adhoc", outcome="failed") == 1
+    assert value(registry, "pipelines_chord_wait_seconds_count", pipeline="adhoc") == 1
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_app: Any) -> None:
+    port = free_port()
+    app = make_app(metrics={"enabled": True, "multiprocess": False, "port": port})
+
+    @dramatiq.actor(broker=app.broker, periodic=cron("*/5 * * * *"))
+    def every_five_minutes() -> None:
+        pass
+
+    # What periodiq's scheduler does on a tick:
+    every_five_minutes.send_with_options(scheduled_at="2026-11-30T12:00:00+00:00")
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    assert 'pipelines_schedule_last_tick_timestamp_seconds{actor="every_five_minutes"}' in text
+    assert 'pipelines_schedule_interval_seconds{actor="every_five_minutes"} 300.0' in text
+
+
+def test_metrics_use_a_directory_per_namespace_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from middleware.metrics import multiprocess_dir
+
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    assert multiprocess_dir(MetricsConfig(), "prod").name == "pipelines-metrics-prod"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/run/metrics")
+    assert str(multiprocess_dir(MetricsConfig(), "prod")) == "/run/metrics"

@@ -1,0 +1,204 @@
+"""One trace per run: the span tree of chains, fan-outs, chords, retries and replays (in-memory exporter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from middleware import Tracing
+from pipelines import chain, chord, fan_out, map
+from pipelines.app import App
+
+TIMEOUT_S = 30
+
+
+class Traced:
+    """An app whose spans land in memory, and helpers to read the tree."""
+
+    def __init__(self, app: App, exporter: InMemorySpanExporter) -> None:
+        self.app = app
+        self.exporter = exporter
+
+    def spans(self) -> list[ReadableSpan]:
+        assert self.app.tracer_provider is not None
+        self.app.tracer_provider.force_flush()
+        return list(self.exporter.get_finished_spans())
+
+    def consumers(self, actor: str) -> list[ReadableSpan]:
+        return [
+            s
+            for s in self.spans()
+            if s.kind == SpanKind.CONSUMER and (s.attributes or {}).get("pipeline.actor") == actor
+        ]
+
+    def by_id(self) -> dict[int, ReadableSpan]:
+        return {s.context.span_id: s for s in self.spans()}
+
+    def parent(self, span: ReadableSpan) -> ReadableSpan:
+        assert span.parent is not None, f"{span.name} has no parent"
+        return self.by_id()[span.parent.span_id]
+
+    def ancestors(self, span: ReadableSpan) -> list[int]:
+        spans, chain = self.by_id(), []
+        while span.parent is not None and span.parent.span_id in spans:
+            span = spans[span.parent.span_id]
+            chain.append(span.context.span_id)
+        return chain
+
+
+@pytest.fixture
+def traced(make_app: Any) -> Traced:
+    exporter = InMemorySpanExporter()
+    return Traced(make_app(telemetry={"enabled": True}, span_exporter=exporter), exporter)
+
+
+def declare(app: App) -> dict[str, Any]:
+    attempts: dict[str, int] = {}
+
+    @dramatiq.actor(broker=app.broker)
+    def add(x: int, y: int = 1) -> int:
+        return x + y
+
+    @dramatiq.actor(broker=app.broker)
+    def double(x: int) -> int:
+        return x * 2
+
+    @dramatiq.actor(broker=app.broker, queue_name="other")
+    def negate(x: int) -> int:
+        return -x
+
+    @dramatiq.actor(broker=app.broker)
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    @dramatiq.actor(broker=app.broker, max_retries=1, min_backoff=1, max_backoff=5)
+    def flaky(x: int) -> int:
+        attempts["flaky"] = attempts.get("flaky", 0) + 1
+        if attempts["flaky"] == 1:
+            raise ConnectionError("first attempt fails")
+        return x
+
+    return {"add": add, "double": double, "negate": negate, "total": total, "flaky": flaky}
+
+
+def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_the_previous(
+    traced: Traced, start_worker: Any
+) -> None:
+    a = declare(traced.app)
+    start_worker(traced.app)
+    tracer = trace.get_tracer("web")
+    with tracer.start_as_current_span("POST /orders") as request:
+        run = traced.app.start(chain(a["add"], a["double"], a["negate"]), args=(1,))
+    assert run.result(timeout_s=TIMEOUT_S) == -4
+
+    trace_id = request.get_span_context().trace_id
+    assert {s.context.trace_id for s in traced.spans()} == {trace_id}
+    assert run.status().trace_id == format(trace_id, "032x")
+    [add], [double], [negate] = (traced.consumers(name) for name in ("add", "double", "negate"))
+    run_span = traced.parent(traced.parent(add))
+    assert run_span.name == "run adhoc"
+    assert run_span.parent is not None
+    assert run_span.parent.span_id == request.get_span_context().span_id
+    assert traced.parent(traced.parent(double)) is not None
+    assert traced.parent(traced.parent(double)).context.span_id == add.context.span_id
+    assert traced.parent(traced.parent(negate)).context.span_id == double.context.span_id
+
+    publish = traced.parent(double)
+    ns = traced.app.settings.namespace
+    assert (publish.kind, publish.name) == (SpanKind.PRODUCER, f"publish {ns}.work:double")
+    assert publish.attributes is not None
+    assert {
+        "messaging.system": "rabbitmq",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": f"{ns}.work:double",
+        "messaging.rabbitmq.destination.routing_key": "double",
+        "pipeline.run_id": run.id,
+        "pipeline.step": "0.1",
+    }.items() <= dict(publish.attributes).items()
+    assert double.attributes is not None
+    assert double.attributes["messaging.operation.type"] == "process"
+    assert double.attributes["messaging.message.conversation_id"] == run.status().correlation_id
+
+
+def test_fan_out_branches_are_siblings_under_its_one_publish(traced: Traced, start_worker: Any) -> None:
+    a = declare(traced.app)
+    start_worker(traced.app)
+
+    run = traced.app.start(chain(a["add"], fan_out(a["double"], a["negate"])), args=(1,))
+    assert run.result(timeout_s=TIMEOUT_S) == [4, -2]
+
+    [double], [negate] = traced.consumers("double"), traced.consumers("negate")
+    publish = traced.parent(double)
+    assert publish.context.span_id == traced.parent(negate).context.span_id
+    assert publish.kind == SpanKind.PRODUCER
+    assert publish.name.endswith(":double.negate")
+
+
+def test_a_chord_callback_links_to_every_member(traced: Traced, start_worker: Any) -> None:
+    a = declare(traced.app)
+    start_worker(traced.app)
+
+    run = traced.app.start(chord(map(a["double"], range(4)), then=a["total"]))
+    assert run.result(timeout_s=TIMEOUT_S) == 12
+
+    members = {s.context.span_id for s in traced.consumers("double")}
+    [callback] = traced.consumers("total")
+    assert {link.context.span_id for link in callback.links} == members
+    assert len({s.context.trace_id for s in traced.spans()}) == 1
+
+
+def test_a_retry_stays_in_the_runs_trace_and_the_failure_is_recorded(traced: Traced, start_worker: Any) -> None:
+    a = declare(traced.app)
+    start_worker(traced.app)
+
+    run = traced.app.start(chain(a["flaky"], a["double"]), args=(3,))
+    assert run.result(timeout_s=TIMEOUT_S) == 6
+
+    first, second = sorted(traced.consumers("flaky"), key=lambda s: s.start_time or 0)
+    assert first.status.status_code == StatusCode.ERROR
+    assert [event.name for event in first.events] == ["exception"]
+    # The retry is published while the failed attempt is processed (the embedded broker re-publishes it
+    # once more when its delay ends, hence "an ancestor").
+    assert first.context.span_id in traced.ancestors(second)
+    assert second.attributes is not None
+    assert second.attributes["pipeline.attempt"] == 2
+    assert len({s.context.trace_id for s in traced.spans()}) == 1
+
+
+def test_a_replayed_dead_letter_continues_its_runs_trace(traced: Traced, start_worker: Any, observe: Any) -> None:
+    app = traced.app
+    observer = observe(app)
+    broken = {"now": True}
+
+    @dramatiq.actor(broker=app.broker, max_retries=0)
+    def fragile(x: int) -> int:
+        if broken["now"]:
+            raise RuntimeError("down")
+        return x
+
+    start_worker(app)
+    run = app.start(chain(fragile), args=(1,))
+    assert run.wait(TIMEOUT_S).state == "failed"
+    observer.wait_dead_lettered("fragile", 1)
+    broken["now"] = False
+    [letter] = app.dead_letters.list()
+    app.dead_letters.replay(letter.id)
+
+    assert run.result(timeout_s=TIMEOUT_S) == 1
+    assert len({s.context.trace_id for s in traced.spans()}) == 1
+    assert len(traced.consumers("fragile")) == 2
+
+
+def test_tracing_off_installs_nothing(make_app: Any) -> None:
+    app = make_app()
+
+    assert not any(isinstance(m, Tracing) for m in app.broker.middleware)
+    assert app.runtime.tracer is None
+    assert app.tracer_provider is None
+    assert isinstance(TracerProvider, type)
