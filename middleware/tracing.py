@@ -91,7 +91,7 @@ class Tracing(Middleware):
             Link(trace.get_current_span(propagate.extract({"traceparent": parent_id})).get_span_context())
             for parent_id in message.options.get(opt.TRACE_LINKS, ())
         ]
-        queue = getattr(message, "queue", None) or message.queue_name
+        queue = naming.actor_queue(self.namespace, message.queue_name, message.actor_name)
         attributes = _attributes(message, queue)
         attributes |= {
             "messaging.operation.type": "process",
