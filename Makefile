@@ -11,6 +11,7 @@ help:
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ and Redis answer (start them when installed)"
+	@echo "make bench     benchmarks against bare Dramatiq, Celery and raw pika (not part of make test)"
 	@echo "make tools     make sure promtool is installed (Debian's prometheus package, as root)"
 
 $(BIN)/.installed: pyproject.toml
@@ -43,6 +44,10 @@ format: install
 	$(BIN)/ruff check --fix .
 
 all: lint test
+
+bench: install services
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

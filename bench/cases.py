@@ -1,0 +1,246 @@
+"""The benchmark cases. Each returns its measurements for one system in one round."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pika
+from celery import chain as celery_chain
+from celery import chord as celery_chord
+from dramatiq import group as dramatiq_group
+from dramatiq import pipeline as dramatiq_pipeline
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+from bench.common import AMQP_URL, Worker, redis_client, wait_for_count
+from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
+from pipelines import chain, chord, fan_out, group, step
+
+
+def key() -> str:
+    return f"bench:{uuid.uuid4().hex}"
+
+
+class Running:
+    """A system's worker, started for a case and stopped after it, with its peak memory."""
+
+    def __init__(self, system: System, log: Path) -> None:
+        self.system = system
+        self.log = log
+        self.worker: Worker | None = None
+
+    def __enter__(self) -> Running:
+        self.worker = self.system.worker(self.log)
+        # Warm up: one message through the whole path, so start-up is not measured.
+        warm = key()
+        self.system.noops(warm, 1)
+        wait_for_count(warm, 1, timeout_s=120)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.worker is not None
+        self.worker.stop()
+
+
+def throughput(system: System, log: Path, n: int) -> dict[str, float]:
+    """Drain rate of ``n`` queued no-op messages, and the workers' peak memory."""
+    system.purge()
+    with Running(system, log) as running:
+        counter = key()
+        stop_consuming(running)
+        system.noops(counter, n)
+        resume_consuming(running)
+        first = wait_for_count(counter, 1)
+        done = wait_for_count(counter, n)
+        rss = running.worker.peak_rss_mb() if running.worker else 0.0
+    return {"messages_per_s": (n - 1) / (done - first), "peak_rss_mb": rss}
+
+
+def stop_consuming(running: Running) -> None:
+    """Queue the messages while the worker is paused, so only draining is timed (SIGSTOP/SIGCONT)."""
+    assert running.worker is not None
+    running.worker.signal_all(signal.SIGSTOP)
+
+
+def resume_consuming(running: Running) -> None:
+    assert running.worker is not None
+    running.worker.signal_all(signal.SIGCONT)
+
+
+def enqueue_confirmed(system: System, n_batch: int, n_single: int) -> dict[str, float]:
+    """Publishing with publisher confirms: as one batch, and one message at a time."""
+    counter = key()
+    results: dict[str, float] = {}
+    if isinstance(system, Ours):
+        messages = [system.module.noop.message(counter) for _ in range(n_batch)]
+        started = time.perf_counter()
+        system.app.broker.enqueue_many(messages)
+        results["batch_per_s"] = n_batch / (time.perf_counter() - started)
+        started = time.perf_counter()
+        for _ in range(n_single):
+            system.app.broker.enqueue(system.module.noop.message(counter))
+        results["single_per_s"] = n_single / (time.perf_counter() - started)
+    elif isinstance(system, BareDramatiq):
+        broker = RabbitmqBroker(url=AMQP_URL, confirm_delivery=True)
+        message = system.module.noop.message(counter)
+        broker.declare_queue(message.queue_name)
+        started = time.perf_counter()
+        for _ in range(n_single):
+            broker.enqueue(system.module.noop.message(counter))
+        results["single_per_s"] = n_single / (time.perf_counter() - started)
+        broker.close()
+    elif isinstance(system, RawPika):
+        results["batch_per_s"] = pika_batched_confirms(system, counter, n_batch)
+    system.purge()
+    return results
+
+
+def pika_batched_confirms(system: RawPika, counter: str, n: int) -> float:
+    """Publish ``n`` messages, then wait once for all the confirms (pika's lower-level channel)."""
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        channel = connection.channel()
+        channel.queue_declare(system.queue, durable=True)
+        impl = channel._impl
+        confirmed = {"up_to": 0}
+        ready: list[object] = []
+        impl.confirm_delivery(
+            ack_nack_callback=lambda frame: confirmed.__setitem__("up_to", frame.method.delivery_tag),
+            callback=ready.append,
+        )
+        while not ready:
+            connection.process_data_events(time_limit=0.1)
+        properties = pika.BasicProperties(delivery_mode=2)
+        started = time.perf_counter()
+        for _ in range(n):
+            impl.basic_publish("", system.queue, counter.encode(), properties)
+        while confirmed["up_to"] < n:
+            connection.process_data_events(time_limit=0.05)
+        return n / (time.perf_counter() - started)
+
+
+def chains(system: System, log: Path, n: int) -> dict[str, float]:
+    """``n`` three-step chains, submitted to last step done."""
+    counter = key()
+    with Running(system, log):
+        started = time.perf_counter()
+        if isinstance(system, Ours):
+            m = system.module
+            for _ in range(n):
+                system.app.start(chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter)))
+        elif isinstance(system, BareDramatiq):
+            m = system.module
+            for _ in range(n):
+                messages = [m.hop.message(counter), m.hop.message(counter), m.last.message(counter)]
+                dramatiq_pipeline(messages, broker=m.broker).run()
+        elif isinstance(system, Celery):
+            m = system.module
+            for _ in range(n):
+                celery_chain(m.hop.s(0, counter), m.hop.s(counter), m.last.s(counter)).apply_async()
+        done = wait_for_count(counter, n)
+    return {"seconds": done - started}
+
+
+def chord_once(system: System, log: Path, members: int) -> dict[str, float]:
+    """One chord of ``members`` members and its callback, submitted to callback done."""
+    counter = key()
+    with Running(system, log):
+        started = time.perf_counter()
+        if isinstance(system, Ours):
+            m = system.module
+            system.app.start(
+                chord(group(step(m.member, counter) for _ in range(members)), then=step(m.gather, counter))
+            )
+        elif isinstance(system, BareDramatiq):
+            m = system.module
+            callback = m.gather.message(counter)
+            members_ = [m.member.message(counter) for _ in range(members)]
+            members_group = dramatiq_group(members_, broker=m.broker)
+            members_group.add_completion_callback(callback)
+            members_group.run()
+        elif isinstance(system, Celery):
+            m = system.module
+            celery_chord(m.member.s(counter) for _ in range(members))(m.gather.s(counter))
+        done = wait_for_count(counter, 1)
+    return {"seconds": done - started}
+
+
+def fan_outs(system: Ours, log: Path, runs: int) -> dict[str, float]:
+    """Fan-outs of 1, 4 and 16 branches: publishes per fan-out and end-to-end time of ``runs`` of each."""
+    results: dict[str, float] = {}
+    with Running(system, log):
+        for width in (1, 4, 16):
+            counter = key()
+            branches = system.module.BRANCHES[:width]
+            node = fan_out(*(step(b, counter) for b in branches)) if width > 1 else chain(step(branches[0], counter))
+            before = system.app.broker.publish_count
+            started = time.perf_counter()
+            for _ in range(runs):
+                system.app.start(node)
+            published = system.app.broker.publish_count - before
+            done = wait_for_count(counter, runs * width)
+            results[f"publishes_per_run_{width}"] = published / runs
+            results[f"seconds_{width}"] = done - started
+    return results
+
+
+def latency(system: System, log: Path, n: int) -> dict[str, float]:
+    """Enqueue-to-processed latency of ``n`` sequential messages, in milliseconds."""
+    client = redis_client()
+    samples: list[float] = []
+    with Running(system, log):
+        for _ in range(n):
+            counter = key()
+            started = time.perf_counter()
+            if isinstance(system, Ours):
+                system.app.broker.enqueue(system.module.ping.message(counter))
+            elif isinstance(system, BareDramatiq):
+                system.module.ping.send(counter)
+            client.blpop([counter], timeout=30)
+            samples.append((time.perf_counter() - started) * 1000)
+            client.delete(counter)
+    quantiles = statistics.quantiles(samples, n=100)
+    return {"p50_ms": quantiles[49], "p95_ms": quantiles[94], "p99_ms": quantiles[98]}
+
+
+def store_memory(system: Ours, runs: int, members: int) -> dict[str, float]:
+    """Redis memory per in-flight run (three-step chains) and per chord member (no worker running)."""
+    client = redis_client()
+    m = system.module
+    counter = key()
+    before = int(client.info("memory")["used_memory"])
+    for _ in range(runs):
+        system.app.start(chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter)))
+    per_run = (int(client.info("memory")["used_memory"]) - before) / runs
+    before = int(client.info("memory")["used_memory"])
+    system.app.start(chord(group(step(m.member, counter) for _ in range(members)), then=step(m.gather, counter)))
+    per_member = (int(client.info("memory")["used_memory"]) - before) / members
+    system.purge()
+    for stale in client.scan_iter(match="bench:run:*", count=1000):
+        client.delete(stale)
+    return {"bytes_per_run": per_run, "bytes_per_chord_member": per_member}
+
+
+def scale(system: Ours, log: Path, members: int, runs: int) -> dict[str, Any]:
+    """A chord of ``members`` members, and ``runs`` concurrent two-step runs: time and store memory."""
+    client = redis_client()
+    m = system.module
+    results: dict[str, Any] = {}
+    with Running(system, log):
+        counter = key()
+        before = int(client.info("memory")["used_memory"])
+        started = time.perf_counter()
+        system.app.start(chord(group(step(m.member, counter) for _ in range(members)), then=step(m.gather, counter)))
+        results["chord_store_bytes"] = int(client.info("memory")["used_memory"]) - before
+        results["chord_seconds"] = wait_for_count(counter, 1) - started
+        counter = key()
+        before = int(client.info("memory")["used_memory"])
+        started = time.perf_counter()
+        for _ in range(runs):
+            system.app.start(chain(step(m.hop, counter), step(m.last, counter)))
+        results["runs_store_bytes"] = int(client.info("memory")["used_memory"]) - before
+        results["runs_seconds"] = wait_for_count(counter, runs) - started
+    return results

@@ -1,0 +1,58 @@
+"""rabbit-pipelines side of the benchmark: the app from ``PIPELINES_*`` and the benchmark's actors.
+
+Started as ``dramatiq bench.ours_worker:broker``; the benchmark process imports it too, to start runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dramatiq
+import redis
+
+from pipelines.app import configure
+
+app = configure()
+broker = app.broker
+counter: Any = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+
+
+@dramatiq.actor(broker=broker, queue_name="bench")
+def noop(key: str) -> None:
+    counter.incr(key)
+
+
+@dramatiq.actor(broker=broker, queue_name="bench")
+def hop(key: str, value: int = 0) -> int:
+    return value + 1
+
+
+@dramatiq.actor(broker=broker, queue_name="bench")
+def last(key: str, value: int) -> None:
+    counter.incr(key)
+
+
+@dramatiq.actor(broker=broker, queue_name="bench")
+def member(key: str) -> int:
+    return 1
+
+
+@dramatiq.actor(broker=broker, queue_name="bench")
+def gather(key: str, values: list[int]) -> None:
+    counter.incrby(key, 1 if len(values) else 0)
+
+
+@dramatiq.actor(broker=broker, queue_name="bench")
+def ping(key: str) -> None:
+    counter.lpush(key, b"1")
+
+
+def _branch(index: int) -> dramatiq.Actor[Any, Any]:
+    def branch(key: str, *_: Any) -> None:
+        counter.incr(key)
+
+    return dramatiq.actor(actor_name=f"branch{index}", broker=broker, queue_name="bench")(branch)
+
+
+BRANCHES = [_branch(i) for i in range(16)]

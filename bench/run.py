@@ -1,0 +1,269 @@
+"""Runs every case for every system, alternating systems round by round, and reports medians and ratios."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench import cases
+from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
+from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Sizes:
+    messages: int = 20_000
+    single: int = 3_000
+    chains: int = 1_000
+    chord: int = 1_000
+    fan_out_runs: int = 200
+    latency: int = 500
+    memory_runs: int = 1_000
+    memory_members: int = 5_000
+    scale_members: tuple[int, ...] = (25_000, 100_000)
+    scale_runs: int = 10_000
+
+
+QUICK = Sizes(2_000, 300, 100, 100, 20, 50, 100, 500, (1_000, 2_000), 500)
+
+
+@dataclass
+class Results:
+    samples: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, case: str, system: str, values: dict[str, float]) -> None:
+        for metric, value in values.items():
+            self.samples.setdefault((case, system, metric), []).append(value)
+
+    def median(self, case: str, system: str, metric: str) -> float | None:
+        values = self.samples.get((case, system, metric))
+        return statistics.median(values) if values else None
+
+
+def alternate(
+    systems: list[System], rounds: int, run: Callable[[System], dict[str, float]], results: Results, case: str
+) -> None:
+    """A B A B ...: each round runs every system, starting with a different one."""
+    for round_number in range(rounds):
+        order = systems[round_number % len(systems) :] + systems[: round_number % len(systems)]
+        for system in order:
+            results.add(case, system.name, run(system))
+            print(f"  {case:<12} round {round_number + 1}/{rounds}  {system.name:<17} done", flush=True)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float | None, str, bool | None]]:
+    m = results.median
+
+    def speed(case: str, system: str) -> float | None:
+        seconds = m(case, system, "seconds")
+        return 1 / seconds if seconds else None
+
+    targets: list[tuple[str, float | None, str, bool | None]] = []
+
+    def target(name: str, value: float | None, goal: str, ok: Callable[[float], bool]) -> None:
+        targets.append((name, value, goal, ok(value) if value is not None else None))
+
+    target(
+        "no-op throughput / dramatiq",
+        ratio(m("throughput", "rabbit-pipelines", "messages_per_s"), m("throughput", "dramatiq", "messages_per_s")),
+        ">= 0.8 (stretch 1.0)",
+        lambda v: v >= 0.8,
+    )
+    target(
+        "confirmed batch enqueue / dramatiq confirm_delivery",
+        ratio(m("enqueue", "rabbit-pipelines", "batch_per_s"), m("enqueue", "dramatiq", "single_per_s")),
+        ">= 5",
+        lambda v: v >= 5,
+    )
+    target(
+        "confirmed batch enqueue / pika batched confirms",
+        ratio(m("enqueue", "rabbit-pipelines", "batch_per_s"), m("enqueue", "pika", "batch_per_s")),
+        ">= 0.5",
+        lambda v: v >= 0.5,
+    )
+    target(
+        "chains speed / dramatiq pipelines",
+        ratio(speed("chains", "rabbit-pipelines"), speed("chains", "dramatiq")),
+        ">= 1.0",
+        lambda v: v >= 1.0,
+    )
+    target(
+        "chains speed / celery chains",
+        ratio(speed("chains", "rabbit-pipelines"), speed("chains", "celery")),
+        ">= 2.5",
+        lambda v: v >= 2.5,
+    )
+    target(
+        "chord speed / dramatiq group+callback",
+        ratio(speed("chord", "rabbit-pipelines"), speed("chord", "dramatiq")),
+        ">= 3",
+        lambda v: v >= 3,
+    )
+    target(
+        "chord speed / celery chord",
+        ratio(speed("chord", "rabbit-pipelines"), speed("chord", "celery")),
+        ">= 3",
+        lambda v: v >= 3,
+    )
+    target(
+        "fan-out of 16: publishes per fan-out",
+        m("fanout", "rabbit-pipelines", "publishes_per_run_16"),
+        "== 1",
+        lambda v: v == 1,
+    )
+    target(
+        "fan-out of 16 time / fan-out of 1",
+        ratio(m("fanout", "rabbit-pipelines", "seconds_16"), m("fanout", "rabbit-pipelines", "seconds_1")),
+        "<= 2",
+        lambda v: v <= 2,
+    )
+    target(
+        "p50 latency / dramatiq",
+        ratio(m("latency", "rabbit-pipelines", "p50_ms"), m("latency", "dramatiq", "p50_ms")),
+        "<= 1.3",
+        lambda v: v <= 1.3,
+    )
+    target(
+        "worker peak RSS / dramatiq",
+        ratio(m("throughput", "rabbit-pipelines", "peak_rss_mb"), m("throughput", "dramatiq", "peak_rss_mb")),
+        "<= 1.5",
+        lambda v: v <= 1.5,
+    )
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per case (default 3; medians are reported)")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the sizes: a smoke run")
+    parser.add_argument("--cases", nargs="*", default=None, help="only these cases")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else Sizes()
+    wanted = set(args.cases or ["throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "scale"])
+    started = time.monotonic()
+    logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    results = Results()
+    extra: dict[str, Any] = {}
+    print(
+        f"machine: {platform.platform()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB;"
+        f" workers {PROCESSES} processes x {THREADS} threads; rounds {args.rounds}; logs {logs}"
+    )
+    with otlp_sink() as endpoint:
+        ours, bare, celery, pika = Ours(endpoint), BareDramatiq(), Celery(), RawPika()
+        log = lambda name: logs / f"{name}.log"  # noqa: E731
+        if "throughput" in wanted:
+            alternate(
+                [ours, bare, celery, pika],
+                args.rounds,
+                lambda s: cases.throughput(s, log(s.name), sizes.messages),
+                results,
+                "throughput",
+            )
+        if "enqueue" in wanted:
+            alternate(
+                [ours, bare, pika],
+                args.rounds,
+                lambda s: cases.enqueue_confirmed(s, sizes.messages, sizes.single),
+                results,
+                "enqueue",
+            )
+        if "chains" in wanted:
+            alternate(
+                [ours, bare, celery],
+                args.rounds,
+                lambda s: cases.chains(s, log(s.name), sizes.chains),
+                results,
+                "chains",
+            )
+        if "chord" in wanted:
+            alternate(
+                [ours, bare, celery],
+                args.rounds,
+                lambda s: cases.chord_once(s, log(s.name), sizes.chord),
+                results,
+                "chord",
+            )
+        if "fanout" in wanted:
+            alternate(
+                [ours], args.rounds, lambda s: cases.fan_outs(ours, log(s.name), sizes.fan_out_runs), results, "fanout"
+            )
+        if "latency" in wanted:
+            alternate(
+                [ours, bare], args.rounds, lambda s: cases.latency(s, log(s.name), sizes.latency), results, "latency"
+            )
+        if "memory" in wanted:
+            alternate(
+                [ours],
+                1,
+                lambda s: cases.store_memory(ours, sizes.memory_runs, sizes.memory_members),
+                results,
+                "memory",
+            )
+        if "scale" in wanted:
+            for members in sizes.scale_members:
+                runs = sizes.scale_runs * members // sizes.scale_members[-1]
+                extra[f"scale_{members}"] = cases.scale(ours, log("scale"), members, runs)
+                print(f"  scale        {members} members, {runs} runs done", flush=True)
+        ours.app.close()
+    redis_client().flushdb()
+    print_table(results, extra, args.rounds, sizes, time.monotonic() - started)
+    return 0
+
+
+def print_table(results: Results, extra: dict[str, Any], rounds: int, sizes: Sizes, elapsed: float) -> None:
+    print(f"\n{'case':<12} {'system':<18} {'metric':<28} {'median':>12}  rounds")
+    for (case, system, metric), values in results.samples.items():
+        rounds_text = ", ".join(f"{v:.2f}" for v in values)
+        print(f"{case:<12} {system:<18} {metric:<28} {statistics.median(values):>12.2f}  {rounds_text}")
+    for name, values in extra.items():
+        for metric, value in values.items():
+            print(f"{'scale':<12} {name:<18} {metric:<28} {value:>12.2f}")
+    if len(extra) == 2:
+        (small, a), (large, b) = sorted(extra.items(), key=lambda item: int(item[0].split("_")[1]))
+        growth = int(large.split("_")[1]) / int(small.split("_")[1])
+        for metric in ("chord_seconds", "chord_store_bytes", "runs_seconds", "runs_store_bytes"):
+            label = f"{metric} x{growth:g}"
+            print(f"{'scale':<12} {'slope':<18} {label:<28} {b[metric] / a[metric]:>12.2f}  (linear: {growth:g})")
+    print(f"\n{'target':<52} {'value':>8}  {'goal':<22} met")
+    targets = report(results, rounds, sizes)
+    for name, value, goal, ok in targets:
+        shown = "-" if value is None else f"{value:.2f}"
+        print(f"{name:<52} {shown:>8}  {goal:<22} {'yes' if ok else 'no' if ok is False else '-'}")
+    print(f"\nelapsed {elapsed:.0f} s")
+    RESULTS.mkdir(exist_ok=True)
+    lines = []
+    for (case, system, metric), values in results.samples.items():
+        lines.append(
+            json.dumps(
+                {
+                    "case": case,
+                    "system": system,
+                    "metric": metric,
+                    "median": statistics.median(values),
+                    "rounds": values,
+                }
+            )
+        )
+    for name, value, goal, ok in targets:
+        lines.append(json.dumps({"target": name, "value": value, "goal": goal, "met": ok}))
+    for name, values in extra.items():
+        lines.append(json.dumps({"case": name, **values}))
+    for line in lines:
+        print(line)
+    (RESULTS / "latest.jsonl").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,158 @@
+"""The four systems under test, behind one small interface: start workers, send work, count it done.
+
+Producers run in the benchmark process; workers are the systems' own CLIs (`dramatiq`, `celery`) or a
+minimal pika consumer, all with the same shape (processes x threads).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import pika
+
+from bench.common import AMQP_URL, BIN, NAMESPACE, PROCESSES, REDIS_URL, THREADS, Worker, base_env, free_port
+
+
+class System(Protocol):
+    name: str
+
+    def worker(self, log: Path) -> Worker: ...
+
+    def noops(self, key: str, n: int) -> None: ...
+
+    def purge(self) -> None: ...
+
+
+def _purge(*queues: str) -> None:
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        channel = connection.channel()
+        for queue in queues:
+            try:
+                channel.queue_purge(queue)
+            except pika.exceptions.ChannelClosedByBroker:
+                channel = connection.channel()
+
+
+class Ours:
+    """rabbit-pipelines with its full default middleware, tracing exported to a local receiver, metrics."""
+
+    name = "rabbit-pipelines"
+
+    def __init__(self, otlp_endpoint: str) -> None:
+        self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
+        self.env = base_env() | {
+            "PIPELINES_NAMESPACE": NAMESPACE,
+            "PIPELINES_BROKER__URL": AMQP_URL,
+            "PIPELINES_STORE__URL": REDIS_URL,
+            "PIPELINES_TELEMETRY__ENABLED": "true",
+            "PIPELINES_TELEMETRY__ENDPOINT": otlp_endpoint,
+            "PIPELINES_METRICS__ENABLED": "true",
+            "PIPELINES_METRICS__PORT": str(free_port()),
+            "PIPELINES_METRICS__MULTIPROCESS_DIR": self.metrics_dir,
+            "PIPELINES_LOGGING__LEVEL": "WARNING",
+        }
+        # The producer side: this process builds the same app and declares the same actors.
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("PIPELINES_")})
+        os.environ["BENCH_REDIS_URL"] = REDIS_URL
+        self.module: Any = importlib.import_module("bench.ours_worker")
+        self.app = self.module.app
+
+    def worker(self, log: Path) -> Worker:
+        command = [str(BIN / "dramatiq"), "bench.ours_worker:broker", "-p", str(PROCESSES), "-t", str(THREADS)]
+        return Worker([command], self.env, log)
+
+    def noops(self, key: str, n: int) -> None:
+        messages = [self.module.noop.message(key) for _ in range(n)]
+        for start in range(0, n, 2000):
+            self.app.broker.enqueue_many(messages[start : start + 2000])
+
+    def purge(self) -> None:
+        self.app.broker.ensure_topology()
+        self.app.broker.flush_all()
+
+
+class BareDramatiq:
+    """Dramatiq 2.x's RabbitmqBroker with its default middleware (and GroupCallbacks for chords)."""
+
+    name = "dramatiq"
+
+    def __init__(self) -> None:
+        self.env = base_env()
+        os.environ["BENCH_AMQP_URL"] = AMQP_URL
+        self.module: Any = importlib.import_module("bench.bare_worker")
+
+    def worker(self, log: Path) -> Worker:
+        command = [str(BIN / "dramatiq"), "bench.bare_worker:broker", "-p", str(PROCESSES), "-t", str(THREADS)]
+        return Worker([command], self.env, log)
+
+    def noops(self, key: str, n: int) -> None:
+        for _ in range(n):
+            self.module.noop.send(key)
+
+    def purge(self) -> None:
+        _purge("bench_bare", "bench_bare.DQ", "bench_bare.XQ")
+
+
+class Celery:
+    """Celery 5 with the RabbitMQ broker, Redis result backend, a threads pool of the same size."""
+
+    name = "celery"
+
+    def __init__(self) -> None:
+        self.env = base_env()
+        self.module: Any = importlib.import_module("bench.celery_app")
+
+    def worker(self, log: Path) -> Worker:
+        # Worker processes of one threads pool each: the same shape as the others.
+        commands = [
+            [
+                *(str(BIN / "celery"), "-A", "bench.celery_app", "worker", "-P", "threads", "-c", str(THREADS)),
+                *("-n", f"w{i}-{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle"),
+                *("--without-heartbeat", "-l", "WARNING"),
+            ]
+            for i in range(PROCESSES)
+        ]
+        return Worker(commands, self.env, log)
+
+    def noops(self, key: str, n: int) -> None:
+        for _ in range(n):
+            self.module.noop.apply_async((key,))
+
+    def purge(self) -> None:
+        _purge("bench_celery")
+
+
+class RawPika:
+    """A minimal pika consumer and publisher: the floor, not a framework."""
+
+    name = "pika"
+    queue = "bench_raw"
+
+    def __init__(self) -> None:
+        self.env = base_env() | {"BENCH_PROCESSES": str(PROCESSES), "BENCH_THREADS": str(THREADS)}
+
+    def worker(self, log: Path) -> Worker:
+        return Worker([[str(BIN / "python"), "-m", "bench.pika_worker"]], self.env, log)
+
+    @contextmanager
+    def channel(self) -> Iterator[Any]:
+        with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+            channel = connection.channel()
+            channel.queue_declare(self.queue, durable=True)
+            yield channel
+
+    def noops(self, key: str, n: int) -> None:
+        with self.channel() as channel:
+            properties = pika.BasicProperties(delivery_mode=2)
+            for _ in range(n):
+                channel.basic_publish("", self.queue, key.encode(), properties)
+
+    def purge(self) -> None:
+        _purge(self.queue)
