@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from typing import Any
 
 import pika
@@ -37,6 +38,12 @@ def main() -> None:
     workers = [multiprocessing.Process(target=consume, args=(prefetch,)) for _ in range(processes)]
     for worker in workers:
         worker.start()
+
+    def stop(*_: object) -> None:
+        for worker in workers:
+            worker.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
     for worker in workers:
         worker.join()
 

@@ -28,7 +28,7 @@ class Sizes:
     single: int = 3_000
     chains: int = 1_000
     chord: int = 1_000
-    fan_out_runs: int = 200
+    fan_out_runs: int = 50
     latency: int = 500
     memory_runs: int = 1_000
     memory_members: int = 5_000
@@ -36,7 +36,7 @@ class Sizes:
     scale_runs: int = 10_000
 
 
-QUICK = Sizes(2_000, 300, 100, 100, 20, 50, 100, 500, (1_000, 2_000), 500)
+QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500)
 
 
 @dataclass
@@ -132,6 +132,12 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
         ratio(m("fanout", "rabbit-pipelines", "seconds_16"), m("fanout", "rabbit-pipelines", "seconds_1")),
         "<= 2",
         lambda v: v <= 2,
+    )
+    target(
+        "p50 latency / dramatiq with confirm_delivery",
+        ratio(m("latency", "rabbit-pipelines", "p50_ms"), m("latency", "dramatiq", "p50_ms_confirmed")),
+        "(context)",
+        lambda v: True,
     )
     target(
         "p50 latency / dramatiq",

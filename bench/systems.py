@@ -86,6 +86,7 @@ class BareDramatiq:
     def __init__(self) -> None:
         self.env = base_env()
         os.environ["BENCH_AMQP_URL"] = AMQP_URL
+        os.environ["BENCH_REDIS_URL"] = REDIS_URL
         self.module: Any = importlib.import_module("bench.bare_worker")
 
     def worker(self, log: Path) -> Worker:

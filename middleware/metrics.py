@@ -8,6 +8,7 @@ from RabbitMQ on an interval. Labels stay small and fixed: queue, actor, pipelin
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -33,6 +34,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 #: Run durations and chord waits, in seconds.
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+#: File in the multiprocess directory listing the queues the metrics process samples.
+QUEUES_FILE = "queues.json"
 #: Proxy attribute a middleware sets when it skips a message as a duplicate.
 DUPLICATE_ATTRIBUTE = "skipped_as_duplicate"
 #: Proxy attribute ``Backoff`` sets when it scheduled a retry.
@@ -125,15 +128,24 @@ class Metrics(Middleware):
     def _metric(self, name: str) -> Any:
         return (self.instruments or self._setup())[name]
 
+    def _child(self, name: str, *labels: str) -> Any:
+        """The labelled child of a metric, looked up once per label set (labels() is not cheap)."""
+        children: dict[tuple[str, ...], Any] = self.__dict__.setdefault("_children", {})
+        key = (name, *labels)
+        child = children.get(key)
+        if child is None:
+            child = children[key] = self._metric(name).labels(*labels)
+        return child
+
     # -- messages ------------------------------------------------------------------------------------
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        self._metric("in_flight").labels(message.queue_name, message.actor_name).inc()
+        self._child("in_flight", message.queue_name, message.actor_name).inc()
         self._started.at = time.perf_counter()
 
     def _finish(self, message: dramatiq.broker.MessageProxy) -> tuple[str, str]:
         labels = (message.queue_name, message.actor_name)
-        self._metric("in_flight").labels(*labels).dec()
+        self._child("in_flight", *labels).dec()
         return labels
 
     def after_process_message(
@@ -147,22 +159,22 @@ class Metrics(Middleware):
         labels = self._finish(message)
         started = getattr(self._started, "at", None)
         if started is not None:
-            self._metric("duration").labels(*labels).observe(time.perf_counter() - started)
-        self._metric("processed").labels(*labels).inc()
+            self._child("duration", *labels).observe(time.perf_counter() - started)
+        self._child("processed", *labels).inc()
         if exception is not None:
-            self._metric("failed").labels(*labels).inc()
+            self._child("failed", *labels).inc()
         if getattr(message, RETRY_ATTRIBUTE, False):
-            self._metric("retried").labels(*labels).inc()
+            self._child("retried", *labels).inc()
         if "scheduled_at" in message.options:
             self._metric("schedule_last_run").labels(message.actor_name).set(time.time())
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         labels = self._finish(message)
         if getattr(message, DUPLICATE_ATTRIBUTE, False):
-            self._metric("duplicates").labels(*labels).inc()
+            self._child("duplicates", *labels).inc()
 
     def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        self._metric("dead_lettered").labels(message.queue_name, message.actor_name).inc()
+        self._child("dead_lettered", message.queue_name, message.actor_name).inc()
 
     # -- runs (the runtime calls these: see pipelines.runtime.RunListener) ---------------------------
 
@@ -176,12 +188,24 @@ class Metrics(Middleware):
     # -- worker liveness and schedules ---------------------------------------------------------------
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._publish_queue_names(broker)
         for actor in broker.actors.values():
             interval = schedule_interval_s(actor.options.get("periodic"))
             if interval is not None:
                 self._metric("schedule_interval").labels(actor.actor_name).set(interval)
         self._heartbeat_stop.clear()
         threading.Thread(target=self._beat, name="pipelines-heartbeat", daemon=True).start()
+
+    def _publish_queue_names(self, broker: dramatiq.Broker) -> None:
+        """Tell the metrics process which queues to sample (it does not import the actors itself)."""
+        topology = getattr(broker, "topology", None)
+        if topology is None or not self.config.multiprocess or not os.environ.get(MULTIPROC_ENV):
+            return
+        queues = [{"name": q.name, "role": q.role} for q in topology.queues if q.role != "delay"]
+        target = Path(os.environ[MULTIPROC_ENV]) / QUEUES_FILE
+        temporary = target.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(queues))
+        temporary.replace(target)
 
     def _beat(self) -> None:
         while True:

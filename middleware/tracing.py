@@ -6,17 +6,23 @@ that caused it, a fan-out's branches are siblings under its one publish, and ret
 trace; a publish made outside any span (a replay) continues the trace the message already carried. A
 chord callback's span links to the span of every member. Names and attributes follow the OpenTelemetry
 messaging conventions (``publish <exchange>:<routing key>``, ``process <queue>``).
+
+Spans cost CPU on the worker (creating them, and encoding them for export on the batch thread): the
+attributes per actor that never change are built once, and ``[telemetry] sample_ratio`` trades detail
+for throughput.
 """
 
 from __future__ import annotations
 
 import threading
+from functools import lru_cache
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import Middleware
-from opentelemetry import context, propagate, trace
+from opentelemetry import context, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from pipelines import naming
 from pipelines import options as opt
@@ -24,21 +30,45 @@ from pipelines.routing import route_of
 
 #: Publishes whose span was started but not ended (their publish raised) kept at most, per thread.
 MAX_OPEN_PUBLISHES = 10_000
+#: Only W3C trace context travels with messages (no baggage): it is all a trace needs.
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _attributes(message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy, destination: str) -> dict[str, Any]:
-    step = message.options.get(opt.STEP) or {}
-    attributes: dict[str, Any] = {
+def _message_attributes(message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> dict[str, Any]:
+    options = message.options
+    attributes: dict[str, Any] = {"messaging.message.id": message.message_id}
+    correlation = options.get(opt.CORRELATION)
+    if correlation:
+        attributes["messaging.message.conversation_id"] = correlation
+    step = options.get(opt.STEP)
+    if step:
+        attributes["pipeline.run_id"] = step["run"]
+        attributes["pipeline.step"] = step["node"]
+        attributes["pipeline.name"] = options.get(opt.PIPELINE, "")
+    return attributes
+
+
+@lru_cache(maxsize=4096)
+def _publish_attributes(destination: str, routing_key: str) -> dict[str, Any]:
+    return {
         "messaging.system": "rabbitmq",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "publish",
         "messaging.destination.name": destination,
-        "messaging.message.id": message.message_id,
-        "messaging.message.conversation_id": message.options.get(opt.CORRELATION, ""),
-        "pipeline.name": message.options.get(opt.PIPELINE, ""),
-        "pipeline.run_id": step.get("run", ""),
-        "pipeline.step": step.get("node", ""),
-        "pipeline.actor": message.actor_name,
+        "messaging.rabbitmq.destination.routing_key": routing_key,
     }
-    return {key: value for key, value in attributes.items() if value != ""}
+
+
+@lru_cache(maxsize=4096)
+def _process_attributes(queue: str, actor: str) -> dict[str, Any]:
+    return {
+        "messaging.system": "rabbitmq",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": queue,
+        "messaging.rabbitmq.destination.routing_key": actor,
+        "pipeline.actor": actor,
+    }
 
 
 class Tracing(Middleware):
@@ -60,18 +90,13 @@ class Tracing(Middleware):
         exchange = naming.delay_exchange(self.namespace) if delay else f"{self.namespace}.{route.exchange}"
         destination = f"{exchange}:{route.routing_key}"
         current = trace.get_current_span().get_span_context()
-        parent = None if current.is_valid else propagate.extract(message.options.get(opt.TRACE) or {})
-        attributes = _attributes(message, destination)
-        attributes |= {
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "publish",
-            "messaging.rabbitmq.destination.routing_key": route.routing_key,
-        }
+        parent = None if current.is_valid else _PROPAGATOR.extract(message.options.get(opt.TRACE) or {})
+        attributes = {**_publish_attributes(destination, route.routing_key), **_message_attributes(message)}
         span = self.tracer.start_span(
             f"publish {destination}", context=parent, kind=SpanKind.PRODUCER, attributes=attributes
         )
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         message.options[opt.TRACE] = carrier
         spans = self._publishing()
         if len(spans) >= MAX_OPEN_PUBLISHES:
@@ -86,19 +111,17 @@ class Tracing(Middleware):
             span.end()
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        parent = propagate.extract(message.options.get(opt.TRACE) or {})
+        options = message.options
+        parent = _PROPAGATOR.extract(options.get(opt.TRACE) or {})
         links = [
-            Link(trace.get_current_span(propagate.extract({"traceparent": parent_id})).get_span_context())
-            for parent_id in message.options.get(opt.TRACE_LINKS, ())
+            Link(trace.get_current_span(_PROPAGATOR.extract({"traceparent": parent_id})).get_span_context())
+            for parent_id in options.get(opt.TRACE_LINKS, ())
         ]
         queue = naming.actor_queue(self.namespace, message.queue_name, message.actor_name)
-        attributes = _attributes(message, queue)
-        attributes |= {
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.rabbitmq.destination.routing_key": message.actor_name,
-            "pipeline.attempt": int(message.options.get(opt.RETRIES, 0)) + 1,
-        }
+        attributes = {**_process_attributes(queue, message.actor_name), **_message_attributes(message)}
+        retries = options.get(opt.RETRIES)
+        if retries:
+            attributes["pipeline.attempt"] = int(retries) + 1
         span = self.tracer.start_span(
             f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes, links=links
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,19 @@ class App:
             deadline_s=deadline_s,
         )
         return Run(run_id, store=self.store, created=created)
+
+    def start_many(
+        self,
+        nodes: Iterable[object],
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> list[Run]:
+        """Start one run per pipeline with one store round trip and one confirmed publish for all."""
+        runs = [(as_node(node), args, kwargs) for node in nodes]
+        started = self.runtime.start_many(self.broker, runs, name=name)
+        return [Run(run_id, store=self.store, created=created) for run_id, created in started]
 
     def run(
         self, name: str, *args: Any, idempotency_key: str | None = None, deadline_s: float | None = None, **kwargs: Any

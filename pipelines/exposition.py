@@ -1,27 +1,31 @@
 """The metrics process of a `dramatiq` worker: one port for every worker process's samples.
 
-Started by the `dramatiq` CLI (``Metrics.forks``) in a process of its own. It serves the samples the
-worker processes write in prometheus-client's multiprocess directory, counts the worker processes
-whose heartbeat is recent, and samples every queue's and dead-letter queue's depth from RabbitMQ on an
-interval (never per message).
+Started by the `dramatiq` CLI (``Metrics.forks``) in a process of its own, kept light on purpose: it
+imports neither Dramatiq nor the actors. It serves the samples the worker processes write in
+prometheus-client's multiprocess directory, counts the worker processes whose heartbeat is recent,
+and samples the depth of every queue the workers listed (``queues.json``) from RabbitMQ on an interval,
+never per message.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pika
+import pika.exceptions
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from middleware.metrics import MULTIPROC_ENV, multiprocess_dir
-from pipelines.app import App, configure
+from middleware.metrics import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
 from pipelines.config import load_settings
 
 logger = logging.getLogger(__name__)
@@ -33,31 +37,40 @@ HEARTBEATS_BEFORE_DEAD = 3
 class QueueDepths(Collector):
     """``pipelines_queue_depth`` and ``pipelines_dead_letter_depth``, sampled on an interval."""
 
-    def __init__(self, app: App, interval_s: float) -> None:
-        self.app = app
+    def __init__(self, *, url: str, listing: Path, interval_s: float) -> None:
+        self.url = url
+        self.listing = listing
         self.interval_s = interval_s
         self.depths: dict[str, tuple[str, int]] = {}
-        self._stop = threading.Event()
+        self._channel: Any = None
+
+    def _depth(self, queue: str) -> int | None:
+        if self._channel is None or not self._channel.is_open:
+            self._channel = pika.BlockingConnection(pika.URLParameters(self.url)).channel()
+        try:
+            return int(self._channel.queue_declare(queue, passive=True).method.message_count)
+        except pika.exceptions.ChannelClosedByBroker:
+            return None  # not declared (yet); the channel reopens next time
 
     def sample(self) -> None:
-        depth = getattr(self.app.broker, "queue_depth", None)
-        if depth is None:
-            return
-        for queue in self.app.broker.topology.queues:
-            if queue.role == "delay":
-                continue
+        try:
+            queues = json.loads(self.listing.read_text())
+        except (OSError, ValueError):
+            return  # no worker has listed its queues yet
+        for queue in queues:
             try:
-                count = depth(queue.name)
+                count = self._depth(queue["name"])
             except Exception:  # a broker hiccup skips one sample; the next interval tries again
-                logger.warning("Could not sample the depth of %s.", queue.name, exc_info=True)
+                logger.warning("Could not sample the depth of %s.", queue["name"], exc_info=True)
+                self._channel = None
                 continue
             if count is not None:
-                self.depths[queue.name] = (queue.role, count)
+                self.depths[queue["name"]] = (queue["role"], count)
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while True:
             self.sample()
-            self._stop.wait(self.interval_s)
+            time.sleep(self.interval_s)
 
     def collect(self) -> Iterator[Metric]:
         ready = GaugeMetricFamily("pipelines_queue_depth", "Messages ready in each actor queue.", labels=["queue"])
@@ -83,17 +96,14 @@ class LiveWorkers(Collector):
             if metric.name == "pipelines_worker_heartbeat_timestamp_seconds"
             for sample in metric.samples
         ]
-        alive = sum(1 for beat in beats if beat >= horizon)
         gauge = GaugeMetricFamily("pipelines_workers", "Worker processes with a recent heartbeat.")
-        gauge.add_metric([], alive)
+        gauge.add_metric([], sum(1 for beat in beats if beat >= horizon))
         yield gauge
 
 
 def serve() -> int:
     """Serve the metrics until the CLI stops this process (it never returns on its own)."""
     settings = load_settings()
-    app = configure(settings)
-    importlib.import_module(settings.app.actors)  # the actors tell which queues there are
     directory = multiprocess_dir(settings.metrics, settings.namespace)
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)
@@ -101,11 +111,12 @@ def serve() -> int:
     registry = CollectorRegistry()
     samples = MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     registry.register(LiveWorkers(samples, settings.metrics.heartbeat_interval_s))
-    depths = QueueDepths(app, settings.metrics.queue_sample_interval_s)
+    depths = QueueDepths(
+        url=settings.broker.url, listing=directory / QUEUES_FILE, interval_s=settings.metrics.queue_sample_interval_s
+    )
     registry.register(depths)
     threading.Thread(target=depths.run, name="pipelines-queue-depths", daemon=True).start()
     start_http_server(settings.metrics.port, settings.metrics.host, registry=registry)
     logger.info("Serving metrics on %s:%d.", settings.metrics.host, settings.metrics.port)
-    forever = threading.Event()
-    forever.wait()
+    threading.Event().wait()
     return 0

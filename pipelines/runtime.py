@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 import dramatiq
 import orjson
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
 from pipelines.broker import PipelineBroker
@@ -27,7 +27,7 @@ from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
-from pipelines.plan import Frame, Leaf, Plan, compile_plan
+from pipelines.plan import Frame, Leaf, compile_plan
 from pipelines.store.base import Advance, Claim, NewRun, RunStore
 
 logger = logging.getLogger(__name__)
@@ -196,6 +196,90 @@ class Runtime:
             PublishError, BrokerUnavailable, StoreUnavailable: The run could not start (if it was
                 recorded, it is marked failed with the reason).
         """
+        started = self.start_many(
+            broker, [(node, args, kwargs)], name=name, idempotency_key=idempotency_key, deadline_s=deadline_s
+        )
+        return started[0]
+
+    def start_many(
+        self,
+        broker: PipelineBroker,
+        runs: Sequence[tuple[Node, tuple[Any, ...], Mapping[str, Any] | None]],
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        deadline_s: float | None = None,
+    ) -> list[tuple[str, bool]]:
+        """Start several runs with one store round trip and one confirmed publish (see :meth:`start`).
+
+        Each ``runs`` item is (pipeline, args, kwargs). With tracing, each run gets a root span of its
+        own, a child of the caller's current span.
+        """
+        pipeline = name or "adhoc"
+        spans: list[trace.Span] = []
+        if self.tracer is not None:
+            spans = [
+                self.tracer.start_span(
+                    f"run {pipeline}", kind=trace.SpanKind.PRODUCER, attributes={"pipeline.name": pipeline}
+                )
+                for _ in runs
+            ]
+        try:
+            prepared = [
+                self._prepare(
+                    broker,
+                    node,
+                    args,
+                    kwargs,
+                    pipeline=pipeline,
+                    idempotency_key=idempotency_key,
+                    deadline_s=deadline_s,
+                    span=spans[index] if spans else None,
+                )
+                for index, (node, args, kwargs) in enumerate(runs)
+            ]
+            outcomes = self.store.create_runs([record for record, _ in prepared])
+            messages = [m for (_, batch), (_, made) in zip(prepared, outcomes, strict=True) if made for m in batch]
+            if messages:
+                self._publish_first_steps(broker, messages, outcomes, traced=bool(spans))
+            return outcomes
+        finally:
+            for span in spans:
+                span.end()
+
+    def _publish_first_steps(
+        self,
+        broker: PipelineBroker,
+        messages: list[dramatiq.Message[Any]],
+        outcomes: list[tuple[str, bool]],
+        *,
+        traced: bool,
+    ) -> None:
+        # Publish spans take their parent from each message's run span, not from whatever is current.
+        token = context.attach(context.Context()) if traced else None
+        try:
+            broker.enqueue_many(messages)
+        except PipelinesError as e:
+            for run_id, created in outcomes:
+                if created:
+                    self.store.fail_run(run_id, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            if token is not None:
+                context.detach(token)
+
+    def _prepare(
+        self,
+        broker: PipelineBroker,
+        node: Node,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None,
+        *,
+        pipeline: str,
+        idempotency_key: str | None,
+        deadline_s: float | None,
+        span: trace.Span | None,
+    ) -> tuple[NewRun, list[dramatiq.Message[Any]]]:
         plan = compile_plan(node)
         unknown = sorted({leaf.actor_name for leaf in plan.leaves} - set(broker.actors))
         if unknown:
@@ -206,29 +290,17 @@ class Runtime:
         _check_arguments(broker, plan.entry, StepInput(args, kwargs))
         _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
         run_id = uuid.uuid4().hex
-        pipeline = name or "adhoc"
-        if self.tracer is None:
-            return self._start(broker, plan, run_id, pipeline, args, kwargs, idempotency_key, deadline_s)
-        attributes = {"pipeline.name": pipeline, "pipeline.run_id": run_id}
-        with self.tracer.start_as_current_span(f"run {pipeline}", kind=trace.SpanKind.PRODUCER, attributes=attributes):
-            return self._start(broker, plan, run_id, pipeline, args, kwargs, idempotency_key, deadline_s)
-
-    def _start(  # noqa: PLR0917 - private: start() names them all at its call sites
-        self,
-        broker: PipelineBroker,
-        plan: Plan,
-        run_id: str,
-        pipeline: str,
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any] | None,
-        idempotency_key: str | None,
-        deadline_s: float | None,
-    ) -> tuple[str, bool]:
         correlation_id = current_correlation_id() or new_correlation_id()
         messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
+        carrier: dict[str, str] = {}
+        if span is not None:
+            span.set_attribute("pipeline.run_id", run_id)
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
         for message in messages:
             message.options[opt.CORRELATION] = correlation_id
-        span = trace.get_current_span().get_span_context()
+            if carrier:
+                message.options[opt.TRACE] = dict(carrier)
+        trace_id = span.get_span_context().trace_id if span is not None else None
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
@@ -238,17 +310,9 @@ class Runtime:
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
             deadline_s=deadline_s,
-            trace_id=format(span.trace_id, "032x") if span.is_valid else None,
+            trace_id=format(trace_id, "032x") if trace_id is not None else None,
         )
-        run_id, created = self.store.create_run(record)
-        if not created:
-            return run_id, False
-        try:
-            broker.enqueue_many(messages)
-        except PipelinesError as e:
-            self.store.fail_run(run_id, f"{type(e).__name__}: {e}")
-            raise
-        return run_id, True
+        return record, messages
 
     # -- worker side ----------------------------------------------------------------------------
 

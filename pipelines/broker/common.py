@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dramatiq
+from dramatiq.middleware import MiddlewareError
 
 from pipelines import naming
 from pipelines import options as opt
@@ -89,3 +90,44 @@ def check_size(message: dramatiq.Message[Any], body: bytes, limit: int) -> None:
             f"broker.max_message_bytes = {limit}. Pass ids, not objects, and keep large data in a database "
             "or object store."
         )
+
+
+class HookDispatch:
+    """Calls only the middleware that implement a hook, in Dramatiq's order and with its error rules.
+
+    Dramatiq's ``Broker.emit_before``/``emit_after`` look up the hook on every middleware for every
+    message, most of them inherited no-ops. This mixin keeps, per hook, the list of middleware that
+    override it (rebuilt when middleware are added), which is most of a no-op message's hook cost.
+    """
+
+    middleware: list[dramatiq.Middleware]
+    logger: Any
+
+    def _hooks(self, name: str) -> list[Callable[..., None]]:
+        cache: dict[str, list[Callable[..., None]]] = self.__dict__.setdefault("_hook_cache", {})
+        hooks = cache.get(name)
+        if hooks is None:
+            base = getattr(dramatiq.Middleware, name)
+            hooks = [getattr(m, name) for m in self.middleware if getattr(type(m), name) is not base]
+            cache[name] = hooks
+        return hooks
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        for hook in self._hooks("before_" + signal):
+            try:
+                hook(self, *args, **kwargs)
+            except MiddlewareError:
+                raise
+            except Exception:
+                self.logger.critical("Unexpected failure in before_%s of %r.", signal, hook, exc_info=True)
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        for hook in reversed(self._hooks("after_" + signal)):
+            try:
+                hook(self, *args, **kwargs)
+            except Exception:
+                self.logger.critical("Unexpected failure in after_%s of %r.", signal, hook, exc_info=True)
+
+    def add_middleware(self, middleware: dramatiq.Middleware, **kwargs: Any) -> None:
+        self.__dict__.pop("_hook_cache", None)
+        super().add_middleware(middleware, **kwargs)  # type: ignore[misc]

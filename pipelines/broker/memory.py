@@ -18,7 +18,7 @@ from dramatiq.common import current_millis, dq_name
 
 from pipelines import naming
 from pipelines import options as opt
-from pipelines.broker.common import TopologyCache, check_size, event_message, validate_actor
+from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.codec import encode_message
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter
@@ -28,7 +28,7 @@ from pipelines.routing import route_of, topic_matches
 from pipelines.topology import Topology
 
 
-class MemoryBroker(StubBroker):
+class MemoryBroker(HookDispatch, StubBroker):
     """In-process broker routing like the namespace's exchanges (see the module docstring)."""
 
     def __init__(

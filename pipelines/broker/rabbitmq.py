@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -29,7 +29,7 @@ from dramatiq.errors import ConnectionClosed
 
 from pipelines import naming
 from pipelines import options as opt
-from pipelines.broker.common import TopologyCache, check_size, event_message, validate_actor
+from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
@@ -47,7 +47,7 @@ MAX_PUBLISH_ATTEMPTS = 3
 MAX_DECLARE_ATTEMPTS = 2
 
 
-class ExchangeBroker(RabbitmqBroker):
+class ExchangeBroker(HookDispatch, RabbitmqBroker):
     """RabbitMQ broker that routes through the namespace's exchanges (see the module docstring)."""
 
     def __init__(
@@ -404,6 +404,8 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         self.queue_name = queue_name
         self.timeout_s = timeout_ms / 1000
         self._ready: deque[tuple[Any, Any, bytes]] = deque()
+        self._settlements: deque[Callable[[], None]] = deque()
+        self._flush_scheduled = False
         self._actors_by_tag: dict[str, str] = {}
         self._queues_by_tag: dict[str, str] = {}
         try:
@@ -486,10 +488,25 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         self._settle(self.channel.basic_ack, tag)
 
     def _settle(self, operation: Any, tag: int, **kwargs: Any) -> None:
+        """Queue an ack or nack for the consumer thread; wake it once per batch, not once per message.
+
+        Worker threads finish messages concurrently; each wake-up of the connection's loop is a lock
+        and a syscall, so settlements gather in a queue and one callback sends all of them.
+        """
+        self._settlements.append(partial(operation, tag, **kwargs))
+        if self._flush_scheduled:
+            return
+        self._flush_scheduled = True
         try:
-            self.connection.add_callback_threadsafe(partial(operation, tag, **kwargs))
+            self.connection.add_callback_threadsafe(self._flush_settlements)
         except CONNECTION_ERRORS as e:
             raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
+
+    def _flush_settlements(self) -> None:
+        # Cleared before draining: a settlement queued meanwhile schedules the next flush.
+        self._flush_scheduled = False
+        while self._settlements:
+            self._settlements.popleft()()
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         if isinstance(message, _Delivery) and message.consumer is self:

@@ -151,6 +151,9 @@ class RunStore(Protocol):
     def recent_runs(self, limit: int) -> list[str]:
         """Ids of the namespace's newest runs, newest first (at most the last 1,000)."""
 
+    def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        """:meth:`create_run` for several runs, in one round trip."""
+
     def run_for_key(self, idempotency_key: str) -> str | None:
         """The id of the run an idempotency key started, if it is still retained."""
 

@@ -125,6 +125,9 @@ class MemoryRunStore:
             run_id = self._keys.get(idempotency_key)
             return run_id if run_id is not None and self._live(run_id) is not None else None
 
+    def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        return [self.create_run(run) for run in runs]
+
     def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
         with self._changed:
             run = self._live(run_id)

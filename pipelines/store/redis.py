@@ -85,7 +85,7 @@ class RedisRunStore:
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
 
-    def create_run(self, run: NewRun) -> tuple[str, bool]:
+    def _create_arguments(self, run: NewRun) -> tuple[list[str], list[Any]]:
         idem = run_idempotency_key(self._namespace, run.idempotency_key) if run.idempotency_key else ""
         args: list[Any] = [
             run.run_id,
@@ -102,10 +102,19 @@ class RedisRunStore:
             args += [node, orjson.dumps({"a": actor, "s": "pending"})]
         for node, leaves in run.starts.items():
             args += [node, leaves, " ".join(run.entries[node])]
+        return [self._key(run.run_id), idem, recent_runs_key(self._namespace)], args
+
+    def create_run(self, run: NewRun) -> tuple[str, bool]:
+        return self.create_runs([run])[0]
+
+    def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
         with self._answering():
-            keys = [self._key(run.run_id), idem, recent_runs_key(self._namespace)]
-            created, run_id = cast(list[Any], self._create(keys=keys, args=args))
-        return _text(run_id), bool(created)
+            pipe = self._redis.pipeline(transaction=False)
+            for run in runs:
+                keys, args = self._create_arguments(run)
+                self._create(keys=keys, args=args, client=pipe)
+            replies = cast(list[list[Any]], pipe.execute())
+        return [(_text(run_id), bool(created)) for created, run_id in replies]
 
     def recent_runs(self, limit: int) -> list[str]:
         with self._answering():

@@ -382,3 +382,15 @@ def test_run_handles_of_unknown_runs_say_so(make_app: Any) -> None:
 
     with pytest.raises(RunNotFound, match="No run nope in the run store"):
         app.get_run("nope").status()
+
+
+def test_many_runs_start_together_and_each_completes(make_app: Any, start_worker: Any, ledger: Ledger) -> None:
+    app = make_app()
+    a = declare_arithmetic(app, ledger)
+    start_worker(app)
+
+    runs = app.start_many([chain(step(a["add"], n), a["double"]) for n in range(20)], args=(1,), name="bulk")
+
+    assert [run.result(timeout_s=TIMEOUT_S) for run in runs] == [(n + 1) * 2 for n in range(20)]
+    assert {run.status().pipeline for run in runs} == {"bulk"}
+    assert len({run.id for run in runs}) == 20
