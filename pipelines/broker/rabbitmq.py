@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import dramatiq
 import pika
@@ -40,6 +40,7 @@ from pipelines.routing import route_of
 from pipelines.topology import DELAY_TIER_HEADER, Topology
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: How many times a publish is retried on a fresh connection before BrokerUnavailable.
 MAX_PUBLISH_ATTEMPTS = 3
@@ -115,7 +116,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
                     return
 
     def _declare(self, topology: Topology) -> None:
-        channel = self._publisher().declare_channel
+        channel = self._alive_publisher().declare_channel
         for exchange in topology.exchanges:
             channel.exchange_declare(exchange.name, exchange.type, durable=True)
         for queue in topology.queues:
@@ -144,6 +145,25 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self._local.publisher = publisher
             self._publishers.add(publisher)
         return publisher
+
+    def _alive_publisher(self) -> ConfirmPublisher:
+        """This thread's publisher, on a connection checked to be open (an idle one may have been
+        closed by the server for missed heartbeats; checking also answers pending heartbeats)."""
+        for attempt in range(1, MAX_DECLARE_ATTEMPTS + 1):
+            publisher = self._publisher()
+            try:
+                publisher.connection.process_data_events(time_limit=0)
+            except CONNECTION_ERRORS as e:
+                self._drop_publisher()
+                if attempt == MAX_DECLARE_ATTEMPTS:
+                    raise self._unavailable(e) from None
+                continue
+            return publisher
+        raise AssertionError("unreachable")
+
+    def _on_channel(self, operation: Callable[[Any], _T]) -> _T:
+        """Run a declaration or inspection on a live channel, reconnecting once if the connection died."""
+        return operation(self._alive_publisher().declare_channel)
 
     def _drop_publisher(self) -> None:
         publisher: ConfirmPublisher | None = getattr(self._local, "publisher", None)
@@ -274,9 +294,10 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
 
     def queue_depth(self, queue: str) -> int | None:
         """Messages ready in ``queue``, or None if it does not exist."""
-        channel = self._publisher().declare_channel
         try:
-            return int(channel.queue_declare(queue, passive=True).method.message_count)
+            return self._on_channel(
+                lambda channel: int(channel.queue_declare(queue, passive=True).method.message_count)
+            )
         except pika.exceptions.ChannelClosedByBroker:
             return None
 
@@ -299,11 +320,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
 
     def _purge(self, queue: str) -> None:
         with contextlib.suppress(pika.exceptions.ChannelClosedByBroker):
-            self._publisher().declare_channel.queue_purge(queue)
+            self._on_channel(lambda channel: channel.queue_purge(queue))
 
     def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
         """Up to ``limit`` dead letters of ``queue``, left in place (read, then released unacknowledged)."""
-        channel = self._publisher().connection.channel()
+        channel = self._alive_publisher().connection.channel()
         letters: list[RawDeadLetter] = []
         try:
             while len(letters) < limit:
@@ -321,7 +342,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     @contextlib.contextmanager
     def taking_dead_letter(self, queue: str, message_id: str) -> Iterator[RawDeadLetter | None]:
         """The dead letter ``message_id`` of ``queue``, removed from it if the block ends without error."""
-        channel = self._publisher().connection.channel()
+        channel = self._alive_publisher().connection.channel()
         found: tuple[int, RawDeadLetter] | None = None
         try:
             while found is None:
@@ -341,16 +362,15 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
 
     def purge_queue(self, queue: str) -> int:
         """Delete every message of ``queue``; returns how many there were."""
-        channel = self._publisher().declare_channel
         try:
-            return int(channel.queue_purge(queue).method.message_count)
+            return self._on_channel(lambda channel: int(channel.queue_purge(queue).method.message_count))
         except pika.exceptions.ChannelClosedByBroker:
             return 0
 
     def delete_topology(self) -> None:
         """Delete every queue and exchange of this namespace (tests and decommissioning)."""
         topology = self.topology
-        channel = self._publisher().declare_channel
+        channel = self._alive_publisher().declare_channel
         for queue in topology.queues:
             channel.queue_delete(queue.name)
         for exchange in topology.exchanges:
