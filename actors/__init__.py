@@ -1,4 +1,4 @@
-"""The example domain's actors: orders, notifications, reports and images.
+"""The example domain's actors: orders, notifications, reports, images, timelines and exports.
 
 This package is the application's entry point, and so the one place that builds the app at import:
 the stock ``dramatiq actors`` CLI imports it and takes Dramatiq's broker, so the broker must exist
@@ -13,6 +13,9 @@ from pipelines.app import configure
 app = configure()
 broker = app.broker
 
-from actors import images, notifications, orders, reports  # noqa: E402  (declared on the broker above)
+from actors import exports, images, notifications, orders, reports, timeline  # noqa: E402  (declared on the broker above)
 
-__all__ = ["app", "broker", "images", "notifications", "orders", "reports"]
+# The registered pipelines too, so that actors (and schedules) in worker processes can start them by name.
+app.load_modules()
+
+__all__ = ["app", "broker", "exports", "images", "notifications", "orders", "reports", "timeline"]

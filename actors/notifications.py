@@ -1,10 +1,13 @@
-"""A notification engine: one message per user, then a summary of what was delivered."""
+"""A notification engine: one message per user, then a summary of what was delivered; welcome e-mails."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dramatiq
+
+logger = logging.getLogger(__name__)
 
 
 @dramatiq.actor(queue_name="notifications")
@@ -18,3 +21,9 @@ def summarize_notifications(campaign: str, delivered: list[bool]) -> dict[str, A
     """Count deliveries and opt-outs of a campaign."""
     sent = sum(1 for ok in delivered if ok)
     return {"campaign": campaign, "sent": sent, "opted_out": len(delivered) - sent}
+
+
+@dramatiq.actor(queue_name="notifications", profile="fire_and_forget")
+def send_welcome_email(user_id: int) -> None:
+    """Say hello to a new user. Nice to have: a few retries, then it is dropped (and counted)."""
+    logger.info("welcome e-mail to user %s", user_id)

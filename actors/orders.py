@@ -22,9 +22,9 @@ def _reference(prefix: str, *parts: object) -> str:
     return f"{prefix}_{digest}"
 
 
-@dramatiq.actor(queue_name="orders")
+@dramatiq.actor(queue_name="orders", profile="guaranteed", idempotency_key=lambda order_id, **_: f"charge-{order_id}")
 def charge_payment(order_id: int, total: float) -> dict[str, Any]:
-    """Charge the customer for an order; the payment feeds every later step."""
+    """Charge the customer for an order, once per order; the payment feeds every later step."""
     if total <= 0:
         raise ValueError(f"order {order_id} has a non-positive total {total}")
     return {"order_id": order_id, "amount": round(total, 2), "payment_id": _reference("pay", order_id, total)}

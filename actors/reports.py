@@ -34,8 +34,9 @@ def build_report(day: str, shards: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-@dramatiq.actor(queue_name="reports", periodic=cron("0 2 * * *"))
+@dramatiq.actor(queue_name="reports", periodic=cron("0 2 * * *"), missed="catch_up")
 def nightly_report() -> None:
-    """Every night at 02:00, start yesterday's report (once per day, even if the tick repeats)."""
+    """Every night at 02:00, start yesterday's report (once per day, even if the tick repeats); a night
+    missed while no scheduler ran is caught up once when one runs again."""
     day = (datetime.date.today() - datetime.timedelta(days=1)).isoformat()
     pipelines.current_app().run("shard_report", day=day, shards=NIGHTLY_SHARDS, idempotency_key=f"report-{day}")

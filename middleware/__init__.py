@@ -6,8 +6,11 @@ from middleware.backoff import Backoff
 from middleware.correlation import CorrelationId
 from middleware.dead_letter import DeadLetter
 from middleware.idempotency import Idempotency
+from middleware.leases import Leases
 from middleware.metrics import Metrics
 from middleware.pipeline_steps import PipelineSteps
+from middleware.profiles import Profiles
+from middleware.schedules import Schedules
 from middleware.timeout import Timeout, TimeoutTooLong
 from middleware.tracing import Tracing
 
@@ -16,8 +19,11 @@ __all__ = [
     "CorrelationId",
     "DeadLetter",
     "Idempotency",
+    "Leases",
     "Metrics",
     "PipelineSteps",
+    "Profiles",
+    "Schedules",
     "Timeout",
     "TimeoutTooLong",
     "Tracing",

@@ -4,7 +4,11 @@ The n-th retry waits a uniformly random time between 0 and ``min(max_backoff, mi
 (Dramatiq's ``compute_backoff`` gives the exponential bound), in the broker's delay queues: nothing
 waits unacknowledged in a worker. Permanent errors are not retried: the types in
 ``[retries] permanent_errors`` and an actor's ``throws``, or any error an actor's
-``retry_when(retries, exception)`` refuses. Options keep Dramatiq's names and units (``max_retries``,
+``retry_when(retries, exception)`` refuses. An ordered actor (see ``pipelines.profiles``) retries in
+place instead: the worker waits out the backoff and returns the message to the head of its partition,
+so the messages behind it keep their order; a fire-and-forget actor's message is dropped (acknowledged
+and counted) once its retries are spent, instead of being dead-lettered. A job that raised
+``Cancelled`` (its run was cancelled) just ends. Options keep Dramatiq's names and units (``max_retries``,
 ``min_backoff``/``max_backoff`` in ms, ``throws``, ``retry_when``), so actors written for Dramatiq's
 ``Retries`` behave the same. This replaces ``Retries``; use one or the other.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import importlib
 import logging
 import random
+import threading
 import traceback
 from collections.abc import Iterable
 from typing import Any
@@ -25,7 +30,8 @@ from dramatiq.middleware import Middleware
 from middleware.metrics import RETRY_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.dead_letters import MAX_TRACEBACK_CHARS, fail_message
-from pipelines.errors import ConfigError, InvalidActorOption, PipelinesError
+from pipelines.delivery import DELIVERY_COUNT_ATTRIBUTE, DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE
+from pipelines.errors import Cancelled, ConfigError, InvalidActorOption, PipelinesError
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +65,7 @@ class Backoff(Middleware):
         self.min_backoff_ms = min_backoff_ms
         self.max_backoff_ms = max_backoff_ms
         self.permanent = permanent
+        self._stopping = threading.Event()
 
     @property
     def actor_options(self) -> set[str]:
@@ -98,27 +105,26 @@ class Backoff(Middleware):
         result: Any | None = None,
         exception: BaseException | None = None,
     ) -> None:
-        if exception is None:
+        if exception is None or isinstance(exception, Cancelled):
             return None
         actor = broker.get_actor(message.actor_name)
-        retries = int(message.options.get(opt.RETRIES, 0))
-        throws = self._option(actor, message, opt.THROWS, ())
-        retry_when = self._option(actor, message, opt.RETRY_WHEN, None)
-        if isinstance(exception, self.permanent) or (throws and isinstance(exception, throws)):
-            return self._give_up(message, "permanent error")
-        if retry_when is not None and not retry_when(retries, exception):
-            return self._give_up(message, "permanent error")
-        if retry_when is None and retries >= self._option(actor, message, opt.MAX_RETRIES, self.max_retries):
-            return self._give_up(message, "retries exhausted")
-
-        message.options[opt.RETRIES] = retries + 1
-        message.options[opt.TRACEBACK] = "".join(traceback.format_exception(exception))[-MAX_TRACEBACK_CHARS:]
+        profile = actor.options.get(opt.PROFILE)
+        retries = max(int(message.options.get(opt.RETRIES, 0)), getattr(message, DELIVERY_COUNT_ATTRIBUTE, 0))
+        if profile == "fire_and_forget":
+            setattr(message, DROP_ATTRIBUTE, True)
+        verdict = self._verdict(actor, message, retries, exception)
+        if verdict is not None:
+            return self._give_up(message, verdict)
         if isinstance(exception, dramatiq.Retry) and exception.delay is not None:
             delay = int(exception.delay)
         else:
             min_ms = self._option(actor, message, opt.MIN_BACKOFF, self.min_backoff_ms)
             max_ms = self._option(actor, message, opt.MAX_BACKOFF, self.max_backoff_ms)
             delay = self.delay_ms(retries, min_ms, max_ms)
+        if profile == "ordered":
+            return self._retry_in_place(message, retries, delay, exception)
+        message.options[opt.RETRIES] = retries + 1
+        message.options[opt.TRACEBACK] = "".join(traceback.format_exception(exception))[-MAX_TRACEBACK_CHARS:]
         try:
             broker.enqueue(message._message, delay=delay)
         except PipelinesError:
@@ -130,6 +136,45 @@ class Backoff(Middleware):
             "Retry %d of %s in %d ms after %s.", retries + 1, message.message_id, delay, type(exception).__name__
         )
         return None
+
+    def _verdict(
+        self,
+        actor: dramatiq.Actor[Any, Any],
+        message: dramatiq.broker.MessageProxy,
+        retries: int,
+        exception: BaseException,
+    ) -> str | None:
+        """Why the message is not retried, or None when it is."""
+        throws = self._option(actor, message, opt.THROWS, ())
+        retry_when = self._option(actor, message, opt.RETRY_WHEN, None)
+        if isinstance(exception, self.permanent) or (throws and isinstance(exception, throws)):
+            return "permanent error"
+        if retry_when is not None and not retry_when(retries, exception):
+            return "permanent error"
+        if retry_when is None and retries >= self._option(actor, message, opt.MAX_RETRIES, self.max_retries):
+            return "retries exhausted"
+        return None
+
+    def _retry_in_place(
+        self, message: dramatiq.broker.MessageProxy, retries: int, delay_ms: int, exception: BaseException
+    ) -> None:
+        """Hold the partition for the backoff, then return the message to its head (nothing overtakes it).
+
+        The wait ends early when the worker shuts down; the message is returned either way.
+        """
+        logger.info(
+            "Retry %d of %s in place in %d ms after %s.",
+            retries + 1,
+            message.message_id,
+            delay_ms,
+            type(exception).__name__,
+        )
+        self._stopping.wait(delay_ms / 1000)
+        setattr(message, REQUEUE_ATTRIBUTE, True)
+        setattr(message, RETRY_ATTRIBUTE, True)
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._stopping.set()
 
     def _give_up(self, message: dramatiq.broker.MessageProxy, why: str) -> None:
         fail_message(message, why)

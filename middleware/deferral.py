@@ -11,6 +11,9 @@ from pipelines.errors import PipelinesError
 
 logger = logging.getLogger(__name__)
 
+#: Delay before a message that could not be checked against the run store (it was down) is tried again, in ms.
+STORE_DOWN_RETRY_DELAY_MS = 5000
+
 
 def put_off(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, delay_ms: int, why: str) -> None:
     """Enqueue ``message`` again after ``delay_ms``; if that fails, fail it (it is dead-lettered, not lost).
@@ -24,3 +27,8 @@ def put_off(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, dela
     except PipelinesError as e:
         logger.exception("Could not put off %s; dead-lettering it instead.", message.message_id)
         fail_message(message, "could not be put off", e)
+
+
+def put_off_while_store_down(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, error: Exception) -> None:
+    """Put ``message`` off for a few seconds because the run store did not answer (see :func:`put_off`)."""
+    put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({error})")

@@ -23,7 +23,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from middleware.deferral import put_off
+from middleware.deferral import put_off, put_off_while_store_down
 from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.dead_letters import fail_message
@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 #: Longest a message whose key another worker holds waits before it looks again, in ms.
 BUSY_RECHECK_MS = 30_000
-#: Delay before a message whose key could not be checked (store down) is tried again, in ms.
-STORE_DOWN_RETRY_DELAY_MS = 5000
 #: Proxy attribute holding this delivery's claim: (key, holder token).
 _CLAIM = "idempotency_claim"
 
@@ -98,7 +96,7 @@ class Idempotency(Middleware):
         try:
             outcome, wait_ms = self.store.claim_key(key, holder=holder, lease_ms=self.lease_ms)
         except ServiceUnavailable as e:
-            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
+            put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         if outcome == "run":
             setattr(message, _CLAIM, (key, holder))

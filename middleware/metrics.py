@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import dramatiq
 from dramatiq.middleware import Middleware
 
+from pipelines import options as opt
 from pipelines.config import MetricsConfig
+from pipelines.delivery import DROP_ATTRIBUTE
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -32,6 +34,8 @@ logger = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: Step durations, in seconds.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+#: Partition lag, in seconds.
+LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 #: Run durations and chord waits, in seconds.
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 #: File in the multiprocess directory listing the queues the metrics process samples.
@@ -142,6 +146,11 @@ class Metrics(Middleware):
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         self._child("in_flight", message.queue_name, message.actor_name).inc()
         self._started.at = time.perf_counter()
+        partition = message.options.get(opt.PARTITION)
+        if partition is not None:
+            # An ordered partition's processing lag: from publish to the start of processing.
+            lag_s = max(0.0, time.time() - message.message_timestamp / 1000)
+            self._child("partition_lag", message.actor_name, str(partition)).observe(lag_s)
 
     def _finish(self, message: dramatiq.broker.MessageProxy) -> tuple[str, str]:
         labels = (message.queue_name, message.actor_name)
@@ -174,13 +183,18 @@ class Metrics(Middleware):
             self._child("duplicates", *labels).inc()
 
     def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        self._child("dead_lettered", message.queue_name, message.actor_name).inc()
+        dropped = getattr(message, DROP_ATTRIBUTE, False)
+        self._child("dropped" if dropped else "dead_lettered", message.queue_name, message.actor_name).inc()
 
     # -- runs (the runtime calls these: see pipelines.runtime.RunListener) ---------------------------
 
     def run_finished(self, pipeline: str, outcome: Literal["succeeded", "failed"], duration_s: float) -> None:
         self._metric("runs").labels(pipeline, outcome).inc()
         self._metric("run_duration").labels(pipeline).observe(duration_s)
+
+    def ticks_missed(self, job: str, count: int) -> None:
+        """Scheduled ticks of ``job`` that never came (no scheduler ran); see ``middleware.schedules``."""
+        self._metric("schedule_missed").labels(job).inc(count)
 
     def chord_released(self, pipeline: str, wait_s: float) -> None:
         self._metric("chord_wait").labels(pipeline).observe(wait_s)
@@ -245,6 +259,14 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
         "retried": counter("pipelines_messages_retried", "Retries scheduled."),
         "dead_lettered": counter("pipelines_messages_dead_lettered", "Messages rejected to a dead-letter queue."),
         "duplicates": counter("pipelines_messages_duplicates_skipped", "Duplicates skipped by their key."),
+        "dropped": counter("pipelines_messages_dropped", "Fire-and-forget messages dropped after their retries."),
+        "partition_lag": Histogram(
+            "pipelines_partition_lag_seconds",
+            "Ordered actors: time from publish to the start of processing, per partition.",
+            ["actor", "partition"],
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        ),
         "duration": Histogram(
             "pipelines_message_duration_seconds",
             "Time an actor took.",
@@ -293,6 +315,9 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
             ["actor"],
             multiprocess_mode="max",
             registry=registry,
+        ),
+        "schedule_missed": counter(
+            "pipelines_schedule_missed_ticks", "Ticks of scheduled jobs that no scheduler sent.", ["actor"]
         ),
         "schedule_interval": Gauge(
             "pipelines_schedule_interval_seconds",

@@ -16,16 +16,21 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from middleware.deferral import put_off
+from middleware.deferral import put_off, put_off_while_store_down
 from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.dead_letters import fail_message
-from pipelines.errors import DefinitionError, PipelinesError, PublishError, ResultTooLarge, ServiceUnavailable
+from pipelines.errors import (
+    Cancelled,
+    DefinitionError,
+    PipelinesError,
+    PublishError,
+    ResultTooLarge,
+    ServiceUnavailable,
+)
 from pipelines.runtime import Runtime, StepAddress
 
 logger = logging.getLogger(__name__)
 
-#: Delay before a step whose claim could not be checked (store down) is tried again, in ms.
-STORE_DOWN_RETRY_DELAY_MS = 5000
 #: Longest a copy of a step held by another worker waits before it looks again, in ms.
 BUSY_RECHECK_MS = 30_000
 
@@ -57,7 +62,7 @@ class PipelineSteps(Middleware):
         try:
             claim = self.runtime.claim(message, address)
         except ServiceUnavailable as e:
-            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"the run store is down ({e})")
+            put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
@@ -98,6 +103,8 @@ class PipelineSteps(Middleware):
         if address is None:
             return
         _in_step.set(False)
+        if isinstance(exception, Cancelled):
+            return  # the run was cancelled (or the job runs again elsewhere): nothing to record
         try:
             if exception is not None:
                 self.runtime.fail(message, address, exception, final=message.failed)

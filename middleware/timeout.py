@@ -4,7 +4,8 @@ An actor's ``timeout_s`` (or Dramatiq's ``time_limit`` in ms; default ``[worker]
 becomes the message's time limit, which Dramatiq's ``TimeLimit`` enforces by raising
 ``TimeLimitExceeded`` in the actor; the failure is transient and retried like any other. A message is
 unacknowledged while its actor runs, and RabbitMQ closes the channel of a delivery unacknowledged for
-longer than its consumer timeout (then redelivers it, forever), so a longer timeout is refused.
+longer than its consumer timeout (then redelivers it, forever), so a longer timeout is refused, except
+for ``long_running`` actors, whose messages are acknowledged when they start.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class Timeout(Middleware):
             if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or value <= 0):
                 raise InvalidActorOption(f"Actor {actor.actor_name!r}: {name}={value!r} must be a positive number.")
         timeout_s = self.timeout_s(actor)
-        if timeout_s > self.consumer_timeout_s:
+        # A long-running job is acknowledged when it starts, so the consumer timeout does not apply.
+        if timeout_s > self.consumer_timeout_s and actor.options.get(opt.PROFILE) != "long_running":
             raise TimeoutTooLong(
                 f"Actor {actor.actor_name!r} may run {timeout_s:g} s, longer than the broker's consumer timeout "
                 f"({self.consumer_timeout_s:g} s, broker.consumer_timeout_s): RabbitMQ would close the channel "

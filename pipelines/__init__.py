@@ -23,6 +23,7 @@ from pipelines.context import correlation, current_correlation_id
 from pipelines.dlq import DeadLetter, DeadLetterQueues
 from pipelines.errors import (
     BrokerUnavailable,
+    Cancelled,
     CannotReplay,
     ConfigError,
     DeadLetterError,
@@ -44,12 +45,14 @@ from pipelines.errors import (
     UnknownPipeline,
     Unroutable,
 )
+from pipelines.progress import check_cancelled, report_progress
 from pipelines.runs import Run
 from pipelines.store.base import RunStatus, StepStatus
 
 __all__ = [
     "App",
     "BrokerUnavailable",
+    "Cancelled",
     "CannotReplay",
     "Chain",
     "ConfigError",
@@ -82,6 +85,7 @@ __all__ = [
     "Unroutable",
     "build_app",
     "chain",
+    "check_cancelled",
     "chord",
     "configure",
     "correlation",
@@ -92,6 +96,7 @@ __all__ = [
     "load_settings",
     "map",
     "publish",
+    "report_progress",
     "step",
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,9 +20,21 @@ from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifica
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from periodiq import PeriodiqMiddleware
+from periodiq import CronSpec, PeriodiqMiddleware
 
-from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, Metrics, PipelineSteps, Timeout, Tracing
+from middleware import (
+    Backoff,
+    CorrelationId,
+    DeadLetter,
+    Idempotency,
+    Leases,
+    Metrics,
+    PipelineSteps,
+    Profiles,
+    Schedules,
+    Timeout,
+    Tracing,
+)
 from middleware.backoff import import_exceptions
 from pipelines import telemetry
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
@@ -30,12 +43,16 @@ from pipelines.config import Settings, load_settings
 from pipelines.current import current_app, get_app, set_app
 from pipelines.dlq import DeadLetterQueues
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
+from pipelines.profiles import MissedPolicy
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
+from pipelines.schedules import pipeline_starter
 from pipelines.store import RunStore, make_store
 
 __all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
 
+#: Longest the framework's own actors (lease watchdog, schedule check) may run, in seconds.
+SYSTEM_ACTOR_TIMEOUT_S = 60.0
 #: Seconds a scheduled (periodiq) message may be late before it is skipped as a missed tick.
 SCHEDULE_SKIP_DELAY_S = 30
 
@@ -47,6 +64,8 @@ def build_middleware(
 
     ``before_*`` hooks run top to bottom, ``after_*`` hooks bottom to top, so:
 
+    - ``Profiles`` is first: it checks an actor's profile and fills in its defaults when the actor is
+      declared, before the other middleware read them (it has no message hooks).
     - ``CorrelationId`` is first: its context is set before any other hook logs, and cleared last.
     - ``Tracing`` (with ``[telemetry] enabled``) comes next: its span covers everything below, and
       every publish made while a message is processed is a child of that message's span.
@@ -56,19 +75,30 @@ def build_middleware(
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
       released) or scheduled another attempt.
+    - ``Leases`` comes after both: a long-running job is acknowledged and leased only once it is sure
+      to run, and its lease is closed after ``Backoff`` decided on a retry.
     - ``DeadLetter`` only acts just before a rejection, which comes after every other hook.
+    - ``Schedules`` comes after periodiq's middleware, which skips ticks that arrive too late: only a
+      tick that will run is claimed.
 
     Dramatiq's ``Callbacks`` and ``Pipelines`` stay, so its ``pipeline()`` and ``on_success``/
     ``on_failure`` keep working; ``Backoff`` replaces its ``Retries`` (same actor options).
     """
     observing: list[dramatiq.Middleware] = []
+    # The framework's own actors (lease watchdog, schedule check) are quick: a short time limit.
+    system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
+    schedules = Schedules(
+        store=runtime.store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s
+    )
     if tracer is not None:
         observing.append(Tracing(tracer=tracer, namespace=settings.namespace))
     if settings.metrics.enabled:
         metrics = Metrics(config=settings.metrics, namespace=settings.namespace, serve=serve_metrics)
         runtime.listeners.append(metrics)
+        schedules.listeners.append(metrics.ticks_missed)
         observing.append(metrics)
     return [
+        Profiles(config=settings.profiles),
         CorrelationId(logging=settings.logging),
         *observing,
         AgeLimit(),
@@ -83,6 +113,9 @@ def build_middleware(
             retention_s=settings.store.idempotency_retention_s,
         ),
         PipelineSteps(runtime=runtime),
+        Leases(
+            runtime=runtime, default_max_retries=settings.retries.max_retries, system_timeout_s=system_timeout_s
+        ),
         Backoff(
             max_retries=settings.retries.max_retries,
             min_backoff_ms=int(settings.retries.min_backoff_s * 1000),
@@ -91,6 +124,7 @@ def build_middleware(
         ),
         DeadLetter(),
         PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
+        schedules,
     ]
 
 
@@ -169,6 +203,20 @@ class App:
         except TypeError as e:
             raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
         return self.start(entry(*args, **kwargs), idempotency_key=idempotency_key, name=name, deadline_s=deadline_s)
+
+    def schedule(
+        self, name: str, spec: CronSpec, *args: Any, missed: MissedPolicy = "skip", **kwargs: Any
+    ) -> dramatiq.Actor[Any, Any]:
+        """Start the pipeline registered as ``name`` on every tick of ``spec`` (``periodiq.cron(...)``).
+
+        Declares a scheduled actor ``schedule_<name>`` for the ``periodiq`` scheduler; each tick starts
+        one run (keyed by the tick, so two schedulers start it once), with ``args``/``kwargs``. Declare
+        it where the actors are declared, so the scheduler and the workers both see it.
+        """
+        actor_name = "schedule_" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
+        starter = pipeline_starter(self.run, name, args, kwargs)
+        declare = dramatiq.actor(broker=self.broker, actor_name=actor_name, periodic=spec, missed=missed)
+        return declare(starter)
 
     def run_for_key(self, idempotency_key: str) -> Run | None:
         """The run an idempotency key started, if it is still retained."""

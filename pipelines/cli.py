@@ -19,6 +19,7 @@ from pipelines.app import App, configure
 from pipelines.config import load_settings, mask_url
 from pipelines.dlq import describe
 from pipelines.errors import ConfigError, PipelinesError, RunTimeout
+from pipelines.profiles import profile_of, summary
 from pipelines.store.base import RunStatus
 
 #: Steps listed one per line by `status`; longer runs are summarised by state.
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
-    commands.add_parser("topology", help="show exchanges, queues, bindings and pipelines")
+    commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
     demo = commands.add_parser("demo", help="run the example pipelines end to end")
@@ -190,7 +191,10 @@ def format_status(status: RunStatus) -> str:
             )
             attempts = f"  attempts={step.attempts}" if step.attempts > 1 else ""
             error = f"  {step.error}" if step.error else ""
-            lines.append(f"  {step.node:<10} {step.actor:<28} {step.state:<10} {took:>9}{attempts}{error}")
+            progress = ""
+            if step.progress is not None and step.state in ("running", "retrying"):
+                progress = f"  {step.progress:.0%} {step.progress_text or ''}".rstrip()
+            lines.append(f"  {step.node:<10} {step.actor:<28} {step.state:<10} {took:>9}{attempts}{progress}{error}")
     else:
         counts = {
             state: status.count(state) for state in ("succeeded", "running", "retrying", "pending", "failed", "skipped")
@@ -232,6 +236,15 @@ def _topology(app: App, args: argparse.Namespace) -> int:
     print("exchanges:")
     for exchange in topology.exchanges:
         print(f"  {exchange.name:<40} {exchange.type}")
+    print("actors:")
+    for actor_name in sorted(topology.actor_queues):
+        actor = app.broker.get_actor(actor_name)
+        queues = topology.consume_queues[actor_name]
+        where = (
+            queues[0] if len(queues) == 1 else f"{len(queues)} partitions {queues[0]}..{queues[-1].rsplit('.', 1)[1]}"
+        )
+        print(f"  {actor_name:<28} {profile_of(actor):<16} {actor.queue_name:<14} {where}")
+        print(f"  {'':<28} {summary(actor)}")
     print("queues:")
     for queue in topology.queues:
         kind = queue.arguments.get("x-queue-type", "")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from pipelines.errors import ConfigError
-from pipelines.naming import is_valid_namespace
+from pipelines.naming import is_valid_actor_name, is_valid_namespace
 
 #: Environment variable naming the config file; the default is ``./config.toml``.
 CONFIG_PATH_ENV = "PIPELINES_CONFIG"
@@ -142,6 +142,24 @@ class WorkerConfig(_Section):
     time_limit_s: float = Field(default=600.0, gt=0)
 
 
+class ProfilesConfig(_Section):
+    """Defaults of the actor profiles (``profile=`` on an actor; see ``pipelines.profiles``)."""
+
+    fire_and_forget_max_retries: int = Field(default=3, ge=0)
+    ordered_partitions: int = Field(default=8, ge=1, le=1024)
+    ordered_max_backoff_s: float = Field(default=30.0, gt=0)
+    long_running_queue: str = "long_running"
+    long_running_lease_s: float = Field(default=60.0, ge=1)
+    scheduled_grace_s: float = Field(default=90.0, gt=0)
+
+    @field_validator("long_running_queue")
+    @classmethod
+    def _queue_word(cls, queue: str) -> str:
+        if not is_valid_actor_name(queue):
+            raise ValueError("expected a Dramatiq queue name of letters, digits, '_' or '-', such as 'long_running'")
+        return queue
+
+
 class LoggingConfig(_Section):
     """Log lines of worker processes: every line carries correlation id, run id, message id, actor, attempt."""
 
@@ -188,6 +206,7 @@ class Settings(BaseSettings):
     store: StoreConfig = StoreConfig()
     retries: RetriesConfig = RetriesConfig()
     worker: WorkerConfig = WorkerConfig()
+    profiles: ProfilesConfig = ProfilesConfig()
     logging: LoggingConfig = LoggingConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     metrics: MetricsConfig = MetricsConfig()

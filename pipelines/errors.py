@@ -67,6 +67,10 @@ class StoreUnavailable(ServiceUnavailable):
     """The run store does not answer."""
 
 
+class TopologyMismatch(DefinitionError):
+    """A queue or exchange exists in RabbitMQ with other arguments than the configuration declares."""
+
+
 class PublishError(PipelinesError):
     """RabbitMQ did not accept a message."""
 
@@ -119,3 +123,11 @@ class RunFailed(RunError):
 
 class RunCancelled(RunError):
     """The run was cancelled before it finished."""
+
+
+class Cancelled(PipelinesError):
+    """Raised in an actor by ``report_progress``/``check_cancelled`` once its run is cancelled.
+
+    Let it propagate: the job stops there, is not retried and not dead-lettered, and the run stays
+    ``cancelled``.
+    """

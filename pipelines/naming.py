@@ -68,6 +68,19 @@ def dead_letter_queue(queue: str) -> str:
     return f"{queue}.dead"
 
 
+def partition_queue(queue: str, partition: int) -> str:
+    """The queue of one partition of an ordered actor's queue."""
+    return f"{queue}.p{partition}"
+
+
+def partition_routing_key(actor_name: str, partition: int) -> str:
+    """The routing key of a message to one partition of an ordered actor.
+
+    ``~`` cannot appear in an actor name, so no other actor's ``#.<name>.#`` binding matches it.
+    """
+    return f"{actor_name}.~{partition}"
+
+
 def delay_queue(namespace: str, tier_ms: int) -> str:
     """A delay tier: messages wait ``tier_ms`` here, then dead-letter back to the work exchange."""
     return f"{namespace}.delay.{tier_ms}ms"
@@ -106,3 +119,18 @@ def recent_runs_key(namespace: str) -> str:
 def run_idempotency_key(namespace: str, key: str) -> str:
     """Run-store key that maps a caller's idempotency key to the run it started."""
     return f"{namespace}:run-key:{key}"
+
+
+def lease_key(namespace: str, lease_id: str) -> str:
+    """Run-store key of a long-running job's lease: its holder, expiry and message."""
+    return f"{namespace}:lease:{lease_id}"
+
+
+def tick_key(namespace: str, job: str, tick_ms: int) -> str:
+    """Run-store key counting the claims of one tick of a scheduled job."""
+    return f"{namespace}:tick:{job}:{tick_ms}"
+
+
+def schedule_key(namespace: str, job: str) -> str:
+    """Run-store key of the last tick a scheduled job ran (or skipped on purpose)."""
+    return f"{namespace}:schedule:{job}"

@@ -50,3 +50,25 @@ RETRY_WHEN: Final = "retry_when"
 SUBSCRIBE: Final = "subscribe"
 #: Actor/message option (Dramatiq's own): do not append the previous step's result to the arguments.
 PIPE_IGNORE: Final = "pipe_ignore"
+
+#: Actor option: the actor's profile (see ``pipelines.profiles``).
+PROFILE: Final = "profile"
+#: Actor option (ordered): how many partitions (queues) the actor's messages are spread over.
+PARTITIONS: Final = "partitions"
+#: Actor/message option (ordered): the key whose messages are processed one at a time, in order (a
+#: parameter name, or a callable given the actor's arguments).
+ORDERING_KEY: Final = "ordering_key"
+#: Message option (ordered): the partition the message's key falls in.
+PARTITION: Final = "partition"
+#: Actor option (periodiq's own): the cron schedule.
+PERIODIC: Final = "periodic"
+#: Message option (periodiq's own): the tick a scheduled message was sent for.
+SCHEDULED_AT: Final = "scheduled_at"
+#: Actor option (scheduled): what happens to ticks missed while no scheduler ran ("skip", "catch_up").
+MISSED: Final = "missed"
+#: Message option (scheduled): the missed tick a catch-up message stands for.
+CATCH_UP_OF: Final = "catch_up_of"
+#: Actor option (long_running): seconds of the lease a running job renews by heartbeat.
+LEASE: Final = "lease_s"
+#: Actor option (long_running): what happens to a job whose worker died ("retry", "fail").
+ON_LOST: Final = "on_lost"

@@ -1,6 +1,7 @@
 """How a message finds its queues: AMQP topic matching and the routing of our three message shapes.
 
-A message is *direct* (one actor: routing key = the actor's name), *fan-out* (several actors share
+A message is *direct* (one actor: routing key = the actor's name, followed by ``~<partition>`` for an
+ordered actor), *fan-out* (several actors share
 one body: routing key = their names joined by dots, the branch data in ``options[BRANCHES]``), or an
 *event* (routing key = the topic, on the events exchange). The RabbitMQ broker lets the exchanges do
 the matching; the memory broker uses :func:`topic_matches` on the same bindings.
@@ -15,7 +16,7 @@ from typing import Any, Literal
 import dramatiq
 
 from pipelines import options as opt
-from pipelines.naming import routing_key_for
+from pipelines.naming import partition_routing_key, routing_key_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,9 @@ class Route:
 def route_of(message: dramatiq.Message[Any]) -> Route:
     """The route of a message, from its shape."""
     if message.actor_name:
+        partition = message.options.get(opt.PARTITION)
+        if partition is not None:
+            return Route("work", partition_routing_key(message.actor_name, int(partition)))
         return Route("work", message.actor_name)
     branches = message.options.get(opt.BRANCHES)
     if branches:

@@ -32,6 +32,10 @@ from pipelines.store.base import Advance, Claim, NewRun, RunStore
 
 logger = logging.getLogger(__name__)
 
+#: Most members a chord callback's span links to: the OpenTelemetry SDK's default link limit, and
+#: what keeps the callback message of a chord with thousands of members small.
+MAX_TRACE_LINKS = 128
+
 
 @dataclass(frozen=True, slots=True)
 class StepAddress:
@@ -377,7 +381,7 @@ class Runtime:
         messages = step_messages(leaves, run_id=address.run_id, pipeline=pipeline, given=given)
         if advance.member_trace_parents:
             for next_message in messages:
-                next_message.options[opt.TRACE_LINKS] = list(advance.member_trace_parents)
+                next_message.options[opt.TRACE_LINKS] = list(advance.member_trace_parents[:MAX_TRACE_LINKS])
         broker.enqueue_many(messages)
 
     def fail(

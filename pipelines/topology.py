@@ -3,7 +3,9 @@
 Per namespace: a topic exchange for actor and pipeline traffic (``<ns>.work``), a topic exchange for
 domain events (``<ns>.events``), a direct dead-letter exchange (``<ns>.dead``) and a headers exchange
 for delays (``<ns>.delay``). Per actor: its queue, bound to the work exchange by its name and to the
-events exchange by its subscriptions, and the queue's dead-letter queue. Per delay tier: a queue whose
+events exchange by its subscriptions, and the queue's dead-letter queue. The actor's profile (see
+``pipelines.profiles``) shapes its queues: a fire-and-forget actor gets a classic queue, an ordered
+actor one queue per partition (single active consumer, bound by ``<actor>.~<partition>``). Per delay tier: a queue whose
 messages expire after the tier's delay and dead-letter back to the work exchange with their routing
 key. The RabbitMQ broker declares exactly this; the memory broker routes by the same bindings;
 ``pipelines topology`` prints it.
@@ -49,6 +51,8 @@ class ActorRoute:
     actor_name: str
     queue_name: str
     subscribe: tuple[str, ...] = ()
+    profile: str = "guaranteed"
+    partitions: int = 1
 
 
 @dataclass(frozen=True)
@@ -58,8 +62,14 @@ class Topology:
     queues: tuple[Queue, ...]
     bindings: tuple[Binding, ...]
     actor_queues: Mapping[str, str]
-    """actor name → its RabbitMQ queue."""
+    """actor name → its RabbitMQ queue (for an ordered actor: the name its partitions and its
+    dead-letter queue are named after)."""
     delay_tiers_ms: tuple[int, ...]
+    consume_queues: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """actor name → the queues its messages arrive on (an ordered actor's partitions)."""
+    routes: tuple[ActorRoute, ...] = ()
+    actor_profiles: Mapping[str, str] = field(default_factory=dict)
+    """actor name → its profile."""
 
     @property
     def work_exchange(self) -> str:
@@ -109,15 +119,29 @@ def build_topology(
     queues: list[Queue] = []
     bindings: list[Binding] = []
     actor_queues: dict[str, str] = {}
-    for actor in sorted(actors, key=lambda a: a.actor_name):
+    consume_queues: dict[str, tuple[str, ...]] = {}
+    routes = tuple(sorted(actors, key=lambda a: a.actor_name))
+    for actor in routes:
         queue = naming.actor_queue(namespace, actor.queue_name, actor.actor_name)
         dead_queue = naming.dead_letter_queue(queue)
         actor_queues[actor.actor_name] = queue
         arguments = {"x-dead-letter-exchange": dead, "x-dead-letter-routing-key": queue}
-        queues.append(Queue(queue, _with_type(arguments, queue_type, delivery_limit), "actor"))
+        if actor.profile == "ordered":
+            # One queue per partition, each served by one consumer at a time: its messages in order.
+            partitioned = {**arguments, "x-single-active-consumer": True}
+            names = tuple(naming.partition_queue(queue, p) for p in range(actor.partitions))
+            for partition, name in enumerate(names):
+                queues.append(Queue(name, _with_type(partitioned, "quorum", delivery_limit), "actor"))
+                bindings.append(Binding(work, name, naming.partition_routing_key(actor.actor_name, partition)))
+            consume_queues[actor.actor_name] = names
+        else:
+            # Fire-and-forget trades durability for speed: classic queue, transient messages.
+            kind: Literal["quorum", "classic"] = "classic" if actor.profile == "fire_and_forget" else queue_type
+            queues.append(Queue(queue, _with_type(arguments, kind, delivery_limit), "actor"))
+            bindings.append(Binding(work, queue, naming.actor_binding_key(actor.actor_name)))
+            bindings.extend(Binding(events, queue, pattern) for pattern in actor.subscribe)
+            consume_queues[actor.actor_name] = (queue,)
         queues.append(Queue(dead_queue, _with_type({}, queue_type, None), "dead-letter"))
-        bindings.append(Binding(work, queue, naming.actor_binding_key(actor.actor_name)))
-        bindings.extend(Binding(events, queue, pattern) for pattern in actor.subscribe)
         bindings.append(Binding(dead, dead_queue, queue))
     tiers = tuple(sorted(set(delay_tiers_ms)))
     for tier in tiers:
@@ -125,7 +149,17 @@ def build_topology(
         tier_arguments: dict[str, Any] = {"x-message-ttl": tier, "x-dead-letter-exchange": work}
         queues.append(Queue(name, _with_type(tier_arguments, queue_type, None), "delay"))
         bindings.append(Binding(delay, name, "", {"x-match": "all", DELAY_TIER_HEADER: tier}))
-    return Topology(namespace, exchanges, tuple(queues), tuple(bindings), actor_queues, tiers)
+    return Topology(
+        namespace,
+        exchanges,
+        tuple(queues),
+        tuple(bindings),
+        actor_queues,
+        tiers,
+        consume_queues,
+        routes,
+        {route.actor_name: route.profile for route in routes},
+    )
 
 
 def _with_type(

@@ -54,7 +54,7 @@ def services() -> None:
         )
 
 
-def settings_for(backend: str, **sections: dict[str, Any]) -> Settings:
+def settings_for(backend: str, **sections: Any) -> Settings:
     """Settings of a fresh namespace on ``backend`` ("memory" or "rabbitmq"), with section overrides."""
     data: dict[str, Any] = {"namespace": f"t-{uuid.uuid4().hex[:10]}"}
     if backend == "memory":
@@ -63,7 +63,7 @@ def settings_for(backend: str, **sections: dict[str, Any]) -> Settings:
         data |= {"broker": {"url": AMQP_URL}, "store": {"url": REDIS_URL}}
     data["retries"] = {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2}
     for section, values in sections.items():
-        data[section] = {**data.get(section, {}), **values}
+        data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
     return Settings.from_values(data)
 
 
@@ -132,7 +132,7 @@ def make_app(backend: str) -> Iterator[MakeApp]:
     """Factory of apps on ``backend``, each in its own namespace, all cleaned up after the test."""
     apps: list[App] = []
 
-    def make(span_exporter: SpanExporter | None = None, **sections: dict[str, Any]) -> App:
+    def make(span_exporter: SpanExporter | None = None, **sections: Any) -> App:
         app = build_app(settings_for(backend, **sections), span_exporter=span_exporter)
         apps.append(app)
         return app
@@ -217,3 +217,27 @@ def observe() -> Callable[[App], Observer]:
         return observer
 
     return attach
+
+
+#: The RabbitMQ consumer timeout tests lower the server's to, in ms.
+SHORT_CONSUMER_TIMEOUT_MS = 2000
+
+
+def set_rabbit(name: str, value: int) -> None:
+    """Change a setting of the running RabbitMQ server."""
+    subprocess.run(
+        ["rabbitmqctl", "-q", "eval", f"application:set_env(rabbit, {name}, {value})."], check=True, capture_output=True
+    )
+
+
+@pytest.fixture
+def short_consumer_timeout(services: None) -> Iterator[int]:
+    """RabbitMQ's consumer timeout lowered to SHORT_CONSUMER_TIMEOUT_MS, checked every second, for one test.
+
+    A delivery left unacknowledged longer has its channel closed and is redelivered.
+    """
+    set_rabbit("consumer_timeout", SHORT_CONSUMER_TIMEOUT_MS)
+    set_rabbit("channel_tick_interval", 1000)
+    yield SHORT_CONSUMER_TIMEOUT_MS
+    set_rabbit("consumer_timeout", 1_800_000)
+    set_rabbit("channel_tick_interval", 60_000)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard
@@ -20,8 +22,8 @@ CONFIG_TOML = ROOT / "config.toml"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "rabbit-pipelines.json"
-SERVICES = {"rabbitmq", "redis", "jaeger", "prometheus", "grafana", "worker", "scheduler"}
-APP_SERVICES = ["worker", "scheduler"]
+SERVICES = {"rabbitmq", "redis", "jaeger", "prometheus", "grafana", "worker", "worker-long", "scheduler"}
+APP_SERVICES = ["worker", "worker-long", "scheduler"]
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -321,3 +323,26 @@ def test_app_environment_enables_metrics_and_telemetry(
 
 def test_worker_and_scheduler_share_one_environment(services: dict[str, dict[str, Any]]) -> None:
     assert _environment(services["worker"]) == _environment(services["scheduler"])
+    assert _environment(services["worker-long"]) == _environment(services["scheduler"])
+
+
+def _queues_of(command: str) -> set[str]:
+    words = command.split()
+    return set(words[words.index("--queues") + 1 :]) if "--queues" in words else set()
+
+
+def test_the_two_workers_serve_every_queue_of_the_actors_once(services: dict[str, dict[str, Any]]) -> None:
+    declared = subprocess.run(
+        [sys.executable, "-c", "import actors; print(' '.join(q for q in actors.broker.queues if '.' not in q))"],
+        env={**os.environ, "PIPELINES_BROKER__URL": "memory://", "PIPELINES_STORE__URL": "memory://"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    general = _queues_of(str(services["worker"]["command"]))
+    long_running = _queues_of(str(services["worker-long"]["command"]))
+
+    assert long_running == {"long_running"}
+    assert general | long_running == set(declared)
+    assert general.isdisjoint(long_running)

@@ -9,7 +9,8 @@ stub's delay queues), which is fine for tests and demos and is why production us
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from queue import Queue
 from typing import Any
 
 import dramatiq
@@ -18,11 +19,11 @@ from dramatiq.common import current_millis, dq_name
 
 from pipelines import naming
 from pipelines import options as opt
-from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
-from pipelines.codec import encode_message
+from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, place, validate_actor
+from pipelines.codec import decode_message, encode_message
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter
-from pipelines.delivery import resolve
+from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, resolve
 from pipelines.errors import DefinitionError, Unroutable
 from pipelines.routing import route_of, topic_matches
 from pipelines.topology import Topology
@@ -63,7 +64,7 @@ class MemoryBroker(HookDispatch, StubBroker):
             for binding in topology.bindings
             if binding.exchange == exchange and topic_matches(binding.routing_key, route.routing_key)
         }
-        return [actor for actor, queue in topology.actor_queues.items() if queue in queues]
+        return [actor for actor, names in topology.consume_queues.items() if not queues.isdisjoint(names)]
 
     def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
         """Route one message to every matching actor (``delay`` in milliseconds)."""
@@ -79,7 +80,7 @@ class MemoryBroker(HookDispatch, StubBroker):
             Unroutable: No actor matches a message's routing key.
         """
         routed = []
-        for message in messages:
+        for message in (placed for original in messages for placed in place(self.actors, original)):
             if delay and route_of(message).exchange != "work":
                 raise DefinitionError("Events cannot be delayed; delay the actor that publishes them.")
             check_size(message, encode_message(message), self.config.max_message_bytes)
@@ -103,6 +104,19 @@ class MemoryBroker(HookDispatch, StubBroker):
                 self.queues[queue].put(encode_message(copy))
             self.emit_after("enqueue", message, delay)
         return [message for message, _ in routed]
+
+    def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 100) -> dramatiq.broker.Consumer:
+        return _MemoryConsumer(super().consume(queue_name, prefetch, timeout), self.queues[queue_name])
+
+    def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
+        """Nothing to do: no consumer timeout applies in memory (see ``ExchangeBroker``)."""
+
+    def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
+        """Keep a message as a dead letter of ``queue`` with ``reason`` (see ``ExchangeBroker``)."""
+        message = decode_message(body)
+        proxy = dramatiq.broker.MessageProxy(message)
+        setattr(proxy, REASON_ATTRIBUTE, reason)
+        self.dead_letters_by_queue[message.queue_name].append(proxy)
 
     def _dead_letter_entries(self, queue: str) -> list[tuple[list[dramatiq.broker.MessageProxy], int, RawDeadLetter]]:
         topology = self.topology
@@ -142,3 +156,33 @@ class MemoryBroker(HookDispatch, StubBroker):
     ) -> dramatiq.Message[Any]:
         """Publish a domain event to every subscribed actor (see ``ExchangeBroker.publish_event``)."""
         return self.enqueue(event_message(topic, payload, options))
+
+
+class _MemoryConsumer(dramatiq.broker.Consumer):
+    """The stub's consumer, settling retries in place and dropped messages as RabbitMQ's does."""
+
+    def __init__(self, inner: dramatiq.broker.Consumer, queue: Queue[bytes]) -> None:
+        self.inner = inner
+        self.queue = queue
+
+    def __next__(self) -> dramatiq.broker.MessageProxy | None:
+        return next(self.inner)
+
+    def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if getattr(message, REQUEUE_ATTRIBUTE, False):
+            # Memory queues have no head to return to: the retry goes to the back (order is not kept).
+            copy = message._message.copy(options={opt.RETRIES: int(message.options.get(opt.RETRIES, 0)) + 1})
+            self.queue.put(encode_message(copy))
+        self.inner.ack(message)
+
+    def nack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if getattr(message, DROP_ATTRIBUTE, False):
+            self.inner.ack(message)
+        else:
+            self.inner.nack(message)
+
+    def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
+        self.inner.requeue(messages)
+
+    def close(self) -> None:
+        self.inner.close()

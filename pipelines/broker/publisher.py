@@ -39,6 +39,10 @@ class Outgoing:
     message_id: str
     headers: dict[str, Any] | None = None
     priority: int | None = None
+    persistent: bool = True
+    """Written to disk by RabbitMQ (delivery mode 2)."""
+    confirm: bool = True
+    """Wait for RabbitMQ's confirm (a batch of only unconfirmed messages does not wait at all)."""
 
 
 def _nothing() -> None:
@@ -131,7 +135,7 @@ class ConfirmPublisher:
         try:
             for item in batch:
                 properties = pika.BasicProperties(
-                    delivery_mode=2,
+                    delivery_mode=2 if item.persistent else 1,
                     message_id=item.message_id,
                     content_type="application/json",
                     headers=item.headers,
@@ -139,7 +143,7 @@ class ConfirmPublisher:
                 )
                 self._impl.basic_publish(item.exchange, item.routing_key, item.body, properties, mandatory=True)
                 self._next_tag += 1
-            if not self._confirm:
+            if not self._confirm or not any(item.confirm for item in batch):
                 self.connection.process_data_events(time_limit=0)
                 return []
             last = self._awaited = self._next_tag - 1
@@ -153,12 +157,13 @@ class ConfirmPublisher:
             confirmed = {i for i in range(len(batch)) if self._confirm and self._is_settled(first + i)}
             raise BatchInterrupted(confirmed, e) from None
         nacked = [batch[tag - first].message_id for tag in range(first, last + 1) if tag in self._nacked]
-        self._nacked.difference_update(range(first, last + 1))
+        # Earlier unconfirmed (fire-and-forget) publishes are settled too by now: forget their outcomes.
+        self._nacked = {tag for tag in self._nacked if tag > last}
         if nacked:
             raise PublishError(f"RabbitMQ refused (nacked) message(s) {', '.join(nacked[:5])}.")
         ids = {item.message_id for item in batch}
         returned = [i for i in self._returned if i in ids]
-        self._returned.difference_update(returned)
+        self._returned.clear()
         return returned
 
     def close(self) -> None:

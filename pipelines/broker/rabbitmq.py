@@ -29,13 +29,27 @@ from dramatiq.errors import ConnectionClosed
 
 from pipelines import naming
 from pipelines import options as opt
-from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
+from pipelines.broker.common import (
+    HookDispatch,
+    TopologyCache,
+    check_size,
+    event_message,
+    place,
+    validate_actor,
+)
 from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
 from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter, now_iso, reason_for
-from pipelines.delivery import UnresolvableMessage, resolve
-from pipelines.errors import BrokerUnavailable, DefinitionError, MessageTooLarge, PipelinesError, Unroutable
+from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, UnresolvableMessage, resolve
+from pipelines.errors import (
+    BrokerUnavailable,
+    DefinitionError,
+    MessageTooLarge,
+    PipelinesError,
+    TopologyMismatch,
+    Unroutable,
+)
 from pipelines.routing import route_of
 from pipelines.topology import DELAY_TIER_HEADER, Topology
 
@@ -44,6 +58,8 @@ _T = TypeVar("_T")
 
 #: How many times a publish is retried on a fresh connection before BrokerUnavailable.
 MAX_PUBLISH_ATTEMPTS = 3
+#: AMQP reply code of a declaration that contradicts what exists.
+PRECONDITION_FAILED = 406
 #: How many times declarations are retried on a fresh connection.
 MAX_DECLARE_ATTEMPTS = 2
 
@@ -107,6 +123,14 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             for attempt in range(1, MAX_DECLARE_ATTEMPTS + 1):
                 try:
                     self._declare(topology)
+                except pika.exceptions.ChannelClosedByBroker as e:
+                    if e.reply_code != PRECONDITION_FAILED:
+                        raise self._unavailable(e) from None
+                    raise TopologyMismatch(
+                        f"RabbitMQ refuses to declare part of namespace {self.namespace!r}: {e.reply_text}. It "
+                        "exists with other arguments: an actor's profile or [broker] queue_type changed since. "
+                        "Drain and delete the old queue (rabbitmqctl delete_queue NAME), or restore the setting."
+                    ) from None
                 except CONNECTION_ERRORS as e:
                     self._drop_publisher()
                     if attempt == MAX_DECLARE_ATTEMPTS:
@@ -185,7 +209,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def enqueue_many(
         self, messages: Sequence[dramatiq.Message[Any]], *, delay: int | None = None
     ) -> list[dramatiq.Message[Any]]:
-        """Publish messages under one confirm wait.
+        """Publish messages under one confirm wait; returns them as published (with an ordered actor's
+        partition chosen, and its branches of a fan-out split off as messages of their own).
 
         Raises:
             MessageTooLarge: A body is over ``broker.max_message_bytes``.
@@ -196,8 +221,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         topology = self.topology
         sent: list[dramatiq.Message[Any]] = []
         batch: list[Outgoing] = []
-        for original in messages:
-            message = original
+        for placed in (m for original in messages for m in place(self.actors, original)):
+            message = placed
             headers = None
             route = route_of(message)
             exchange = topology.work_exchange if route.exchange == "work" else topology.events_exchange
@@ -211,7 +236,13 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self.emit_before("enqueue", message, delay)
             body = encode_message(message)
             check_size(message, body, self.config.max_message_bytes)
-            batch.append(Outgoing(exchange, route.routing_key, body, message.message_id, headers))
+            # Fire-and-forget messages are transient and not waited for: the fastest publish there is.
+            durable = topology.actor_profiles.get(message.actor_name) != "fire_and_forget"
+            batch.append(
+                Outgoing(
+                    exchange, route.routing_key, body, message.message_id, headers, persistent=durable, confirm=durable
+                )
+            )
             sent.append(message)
         self._publish(batch)
         for message in sent:
@@ -283,12 +314,26 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> dramatiq.broker.Consumer:
         self.ensure_topology()
+        topology = self.topology
         queues = {
-            self.topology.actor_queues[a.actor_name]: a.actor_name
-            for a in self.actors.values()
-            if a.queue_name == queue_name
+            queue: actor.actor_name
+            for actor in self.actors.values()
+            if actor.queue_name == queue_name
+            for queue in topology.consume_queues[actor.actor_name]
         }
-        return _GroupConsumer(self, queue_name, queues, self.config.prefetch or prefetch, timeout)
+        # An ordered partition must not have a second message out while one is processed; a
+        # long-running job is acknowledged on start, so one at a time keeps a worker from hoarding.
+        one_at_a_time = {
+            queue for queue, actor in queues.items() if topology.actor_profiles[actor] in ("ordered", "long_running")
+        }
+        return _GroupConsumer(
+            self, queue_name, queues, self.config.prefetch or prefetch, timeout, one_at_a_time=one_at_a_time
+        )
+
+    def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
+        """Acknowledge a delivery now, before its actor ends (a long-running job owned by its lease)."""
+        if isinstance(message, _Delivery):
+            message.consumer.acknowledge_early(message)
 
     # -- inspection and maintenance ------------------------------------------------------------
 
@@ -303,15 +348,17 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
 
     def get_queue_message_counts(self, queue_name: str) -> tuple[int, int, int]:
         """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``."""
-        queues = [q for a, q in self.topology.actor_queues.items() if self.actors[a].queue_name == queue_name]
-        ready = sum(self.queue_depth(q) or 0 for q in queues)
-        dead = sum(self.queue_depth(naming.dead_letter_queue(q)) or 0 for q in queues)
+        topology = self.topology
+        actors = [a for a in topology.actor_queues if self.actors[a].queue_name == queue_name]
+        ready = sum(self.queue_depth(q) or 0 for a in actors for q in topology.consume_queues[a])
+        dead = sum(self.queue_depth(naming.dead_letter_queue(topology.actor_queues[a])) or 0 for a in actors)
         return ready, 0, dead
 
     def flush(self, queue_name: str) -> None:
-        for actor, queue in self.topology.actor_queues.items():
+        topology = self.topology
+        for actor, queue in topology.actor_queues.items():
             if self.actors[actor].queue_name == queue_name:
-                for name in (queue, naming.dead_letter_queue(queue)):
+                for name in (*topology.consume_queues[actor], naming.dead_letter_queue(queue)):
                     self._purge(name)
 
     def flush_all(self) -> None:
@@ -405,6 +452,7 @@ class _Delivery(dramatiq.broker.MessageProxy):
         consumer: _GroupConsumer,
         queue: str,
         routing_key: str,
+        delivery_count: int,
     ) -> None:
         super().__init__(message)
         self.tag = tag
@@ -412,13 +460,23 @@ class _Delivery(dramatiq.broker.MessageProxy):
         self.consumer = consumer
         self.queue = queue
         self.routing_key = routing_key
+        self.delivery_count = delivery_count
+        self.settled = False
+        """Acknowledged already (a long-running job, on start): later settlements send nothing."""
 
 
 class _GroupConsumer(dramatiq.broker.Consumer):
     """Consumes every actor queue of one Dramatiq queue name on one channel."""
 
     def __init__(
-        self, broker: ExchangeBroker, queue_name: str, queues: dict[str, str], prefetch: int, timeout_ms: int
+        self,
+        broker: ExchangeBroker,
+        queue_name: str,
+        queues: dict[str, str],
+        prefetch: int,
+        timeout_ms: int,
+        *,
+        one_at_a_time: set[str],
     ) -> None:
         self.broker = broker
         self.queue_name = queue_name
@@ -431,11 +489,15 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         try:
             self.connection = pika.BlockingConnection(broker.parameters)
             self.channel = self.connection.channel()
-            self.channel.basic_qos(prefetch_count=prefetch)
-            for queue, actor in queues.items():
-                tag = self.channel.basic_consume(queue, self._on_delivery)
-                self._actors_by_tag[tag] = actor
-                self._queues_by_tag[tag] = queue
+            # basic.qos applies to the consumers started after it on this channel, each on its own.
+            for limit, group in ((prefetch, queues.keys() - one_at_a_time), (1, queues.keys() & one_at_a_time)):
+                if not group:
+                    continue
+                self.channel.basic_qos(prefetch_count=limit)
+                for queue in sorted(group):
+                    tag = self.channel.basic_consume(queue, self._on_delivery)
+                    self._actors_by_tag[tag] = queues[queue]
+                    self._queues_by_tag[tag] = queue
         except CONNECTION_ERRORS as e:
             if getattr(e, "reply_code", None) == 404:
                 broker.forget_declarations()
@@ -470,7 +532,9 @@ class _GroupConsumer(dramatiq.broker.Consumer):
                 routing_key=method.routing_key,
                 at=now_iso(),
             )
-            self._dead_letter(method.delivery_tag, body, getattr(properties, "message_id", None) or "", reason, queue)
+            self._dead_letter(
+                method.delivery_tag, body, getattr(properties, "message_id", None) or "", reason, self._home(actor)
+            )
             return None
         eta = message.options.get(opt.ETA)
         if eta is not None:
@@ -481,6 +545,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
                 self._settle(self.channel.basic_ack, method.delivery_tag)
                 return None
             message = dramatiq.Message(**{**message.asdict(), "options": options})
+        headers = getattr(properties, "headers", None) or {}
         return _Delivery(
             message,
             tag=method.delivery_tag,
@@ -488,6 +553,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
             consumer=self,
             queue=queue,
             routing_key=method.routing_key,
+            delivery_count=int(headers.get("x-delivery-count", 0)),
         )
 
     def _message_from(self, body: bytes, actor: str) -> dramatiq.Message[Any]:
@@ -528,21 +594,49 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         while self._settlements:
             self._settlements.popleft()()
 
-    def ack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if isinstance(message, _Delivery) and message.consumer is self:
+    def _home(self, actor: str) -> str:
+        """The queue whose dead-letter queue takes ``actor``'s dead letters (partitions share one)."""
+        return self.broker.topology.actor_queues[actor]
+
+    def _owns(self, message: dramatiq.broker.MessageProxy) -> bool:
+        return isinstance(message, _Delivery) and message.consumer is self
+
+    def acknowledge_early(self, message: _Delivery) -> None:
+        """Acknowledge a delivery before its actor ends; its later ack or nack sends nothing."""
+        if not message.settled:
+            message.settled = True
             self._settle(self.channel.basic_ack, message.tag)
-        else:
+
+    def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
+        elif getattr(message, REQUEUE_ATTRIBUTE, False):
+            # Back to the head of its queue (quorum queues redeliver returned messages first).
+            self._settle(self.channel.basic_nack, message.tag, requeue=True)
+        elif not message.settled:
+            self._settle(self.channel.basic_ack, message.tag)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if isinstance(message, _Delivery) and message.consumer is self:
-            reason: DeadLetterReason = getattr(message, REASON_ATTRIBUTE, None) or reason_for(
-                message, reason="rejected", exception=message._exception
-            )
-            reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
-            self._dead_letter(message.tag, encode_message(message._message), message.message_id, reason, message.queue)
-        else:
+        if not self._owns(message):
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
+            return
+        assert isinstance(message, _Delivery)
+        if getattr(message, DROP_ATTRIBUTE, False):
+            logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
+            if not message.settled:
+                self._settle(self.channel.basic_ack, message.tag)
+            return
+        reason: DeadLetterReason = getattr(message, REASON_ATTRIBUTE, None) or reason_for(
+            message, reason="rejected", exception=message._exception
+        )
+        reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
+        body = encode_message(message._message)
+        home = self._home(message.actor_name)
+        if message.settled:
+            # Acknowledged on start: only the dead letter is left to publish.
+            self.broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)
+            return
+        self._dead_letter(message.tag, body, message.message_id, reason, home)
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
         """Unacked deliveries return to their queues when the channel closes."""

@@ -57,6 +57,9 @@ class StepStatus:
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
     error: str | None = None
+    progress: float | None = None
+    """What the step last reported with ``report_progress`` (0..1), and its text."""
+    progress_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,16 @@ class Advance:
     """On ``done``: when the run was created."""
 
 
+@dataclass(frozen=True)
+class LeaseCheck:
+    """A watchdog's look at a lease: ``alive`` (for ``wait_ms`` more), ``expired`` (taken over, with the
+    job's ``record``), or ``gone`` (the job ended)."""
+
+    kind: Literal["alive", "expired", "gone"]
+    wait_ms: int = 0
+    record: str | None = None
+
+
 class RunStore(Protocol):
     """Run records, step states, chord barriers and idempotency keys, each with a retention TTL."""
 
@@ -214,6 +227,30 @@ class RunStore(Protocol):
 
     def forget_once(self, key: str) -> None:
         """Undo :meth:`mark_once` (what was marked did not happen after all)."""
+
+    def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
+        """Record a running step's progress (``fraction`` None records nothing); returns the run's state."""
+
+    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
+        """Open a long-running job's lease with its ``record`` (JSON); False if one is open already."""
+
+    def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
+        """Extend the leases (lease id → holder) this worker holds; returns those it no longer holds."""
+
+    def close_lease(self, lease_id: str) -> None:
+        """The job ended (or was handed to a retry): its watchdog has nothing left to do."""
+
+    def take_expired_lease(self, lease_id: str) -> LeaseCheck:
+        """Take over a lease whose holder stopped renewing it (atomically: one watchdog wins)."""
+
+    def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
+        """True for the first claim of a scheduled job's tick (which also becomes its last tick)."""
+
+    def last_tick(self, job: str) -> int | None:
+        """The latest tick of ``job`` that was claimed (epoch ms), if any."""
+
+    def tick_claims(self, job: str, tick_ms: int) -> int:
+        """How many times one tick was claimed (more than one: a second scheduler sent it too)."""
 
     def ping(self) -> None:
         """Raise StoreUnavailable if the store does not answer."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +18,7 @@ from pipelines.store.base import (
     Advance,
     Claim,
     KeyClaimKind,
+    LeaseCheck,
     NewRun,
     ReopenKind,
     RunState,
@@ -40,6 +41,8 @@ class _Step:
     finished_at_ms: int | None = None
     lease_until_ms: int | None = None
     error: str | None = None
+    progress: float | None = None
+    progress_text: str | None = None
 
 
 @dataclass
@@ -82,6 +85,10 @@ class MemoryRunStore:
         self._keys: dict[str, str] = {}
         self._records: dict[str, tuple[str, int]] = {}
         """idempotency records and once-marks: key → (value, expiry in epoch ms)."""
+        self._leases: dict[str, tuple[str, int, str]] = {}
+        """long-running jobs' leases: id → (holder, expiry in epoch ms, record)."""
+        self._ticks: dict[tuple[str, int], int] = {}
+        self._last_ticks: dict[str, int] = {}
         self._changed = threading.Condition()
 
     def _live(self, run_id: str) -> _Run | None:
@@ -367,6 +374,66 @@ class MemoryRunStore:
         with self._changed:
             self._records.pop(f"once:{key}", None)
 
+    def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
+        with self._changed:
+            run = self._live(run_id)
+            if run is None:
+                return None
+            step = run.steps.get(node)
+            if fraction is not None and step is not None:
+                step.progress, step.progress_text = float(fraction), text or None
+                self._changed.notify_all()
+            return run.state
+
+    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
+        with self._changed:
+            if lease_id in self._leases:
+                return False
+            self._leases[lease_id] = (holder, _now_ms() + lease_ms, record)
+            return True
+
+    def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
+        lost = []
+        with self._changed:
+            for lease_id, holder in holders.items():
+                lease = self._leases.get(lease_id)
+                if lease is None or lease[0] != holder:
+                    lost.append(lease_id)
+                else:
+                    self._leases[lease_id] = (holder, _now_ms() + lease_ms, lease[2])
+        return lost
+
+    def close_lease(self, lease_id: str) -> None:
+        with self._changed:
+            self._leases.pop(lease_id, None)
+
+    def take_expired_lease(self, lease_id: str) -> LeaseCheck:
+        with self._changed:
+            lease = self._leases.get(lease_id)
+            if lease is None:
+                return LeaseCheck("gone")
+            left = lease[1] - _now_ms()
+            if left > 0:
+                return LeaseCheck("alive", wait_ms=left)
+            del self._leases[lease_id]
+            return LeaseCheck("expired", record=lease[2])
+
+    def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
+        with self._changed:
+            claims = self._ticks[job, tick_ms] = self._ticks.get((job, tick_ms), 0) + 1
+            if claims > 1:
+                return False
+            self._last_ticks[job] = max(tick_ms, self._last_ticks.get(job, 0))
+            return True
+
+    def last_tick(self, job: str) -> int | None:
+        with self._changed:
+            return self._last_ticks.get(job)
+
+    def tick_claims(self, job: str, tick_ms: int) -> int:
+        with self._changed:
+            return self._ticks.get((job, tick_ms), 0)
+
     def ping(self) -> None:
         """Always answers."""
 
@@ -384,6 +451,8 @@ def _snapshot(run: _Run) -> RunStatus:
             started_at_ms=s.started_at_ms,
             finished_at_ms=s.finished_at_ms,
             error=s.error,
+            progress=s.progress,
+            progress_text=s.progress_text,
         )
         for node, s in run.steps.items()
     )

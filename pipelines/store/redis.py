@@ -9,7 +9,7 @@ changes are published on the run key's channel, which is how ``wait`` blocks wit
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, cast
@@ -19,13 +19,23 @@ import redis
 
 from pipelines.config import mask_url
 from pipelines.errors import StoreUnavailable
-from pipelines.naming import idempotency_record_key, once_key, recent_runs_key, run_idempotency_key, run_key
+from pipelines.naming import (
+    idempotency_record_key,
+    lease_key,
+    once_key,
+    recent_runs_key,
+    run_idempotency_key,
+    run_key,
+    schedule_key,
+    tick_key,
+)
 from pipelines.plan import Frame
 from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
     Claim,
     KeyClaimKind,
+    LeaseCheck,
     NewRun,
     ReopenKind,
     RunState,
@@ -71,6 +81,11 @@ class RedisRunStore:
         self._reopen = self._redis.register_script(_script("reopen"))
         self._key_claim = self._redis.register_script(_script("key_claim"))
         self._key_release = self._redis.register_script(_script("key_release"))
+        self._progress = self._redis.register_script(_script("progress"))
+        self._lease_open = self._redis.register_script(_script("lease_open"))
+        self._lease_renew = self._redis.register_script(_script("lease_renew"))
+        self._lease_take = self._redis.register_script(_script("lease_take"))
+        self._tick_claim = self._redis.register_script(_script("tick_claim"))
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -261,6 +276,60 @@ class RedisRunStore:
         with self._answering():
             self._redis.delete(once_key(self._namespace, key))
 
+    def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
+        args = [node, "" if fraction is None else repr(float(fraction)), text]
+        with self._answering():
+            state = self._progress(keys=[self._key(run_id)], args=args)
+        return _text(state) if state else None
+
+    def _lease(self, lease_id: str) -> str:
+        return lease_key(self._namespace, lease_id)
+
+    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
+        with self._answering():
+            opened = self._lease_open(keys=[self._lease(lease_id)], args=[holder, lease_ms, record, self._retention_ms])
+        return bool(opened)
+
+    def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
+        ids = list(holders)
+        if not ids:
+            return []
+        with self._answering():
+            lost = cast(
+                list[int],
+                self._lease_renew(keys=[self._lease(i) for i in ids], args=[lease_ms, *(holders[i] for i in ids)]),
+            )
+        return [ids[index - 1] for index in lost]
+
+    def close_lease(self, lease_id: str) -> None:
+        with self._answering():
+            self._redis.delete(self._lease(lease_id))
+
+    def take_expired_lease(self, lease_id: str) -> LeaseCheck:
+        with self._answering():
+            reply = cast(list[Any], self._lease_take(keys=[self._lease(lease_id)]))
+        kind = _text(reply[0])
+        if kind == "alive":
+            return LeaseCheck("alive", wait_ms=int(reply[1]))
+        if kind == "expired":
+            return LeaseCheck("expired", record=_text(reply[1]))
+        return LeaseCheck("gone")
+
+    def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
+        keys = [tick_key(self._namespace, job, tick_ms), schedule_key(self._namespace, job)]
+        with self._answering():
+            return bool(self._tick_claim(keys=keys, args=[tick_ms, retention_s * 1000]))
+
+    def last_tick(self, job: str) -> int | None:
+        with self._answering():
+            value = self._redis.get(schedule_key(self._namespace, job))
+        return int(value) if value is not None else None
+
+    def tick_claims(self, job: str, tick_ms: int) -> int:
+        with self._answering():
+            value = self._redis.get(tick_key(self._namespace, job, tick_ms))
+        return int(value) if value is not None else 0
+
     def ping(self) -> None:
         with self._answering():
             self._redis.ping()
@@ -299,6 +368,8 @@ def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatu
                 started_at_ms=data.get("t0"),
                 finished_at_ms=data.get("t1"),
                 error=data.get("e"),
+                progress=data.get("p"),
+                progress_text=data.get("pt") or None,
             )
         )
     step_list.sort(key=lambda s: [int(part) for part in s.node.split(".")])

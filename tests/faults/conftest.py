@@ -42,11 +42,11 @@ class Workers:
         self.process: subprocess.Popen[bytes] | None = None
         self.kills = 0
 
-    def start(self, *, threads: int = 8) -> None:
+    def start(self, *, threads: int = 8, module: str = "fault_worker") -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
-                    *(str(Path(sys.executable).parent / "dramatiq"), "fault_worker", "--path", str(FAULTS)),
+                    *(str(Path(sys.executable).parent / "dramatiq"), module, "--path", str(FAULTS)),
                     *("--processes", "1", "--threads", str(threads)),
                 ],
                 env=self.env,

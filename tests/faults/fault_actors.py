@@ -13,6 +13,8 @@ from typing import Any
 import dramatiq
 import redis
 
+from pipelines import report_progress
+
 #: Redis holding the ledger (not the run store's keys: its own prefix).
 LEDGER_URL = os.environ.get("FAULT_LEDGER_URL", "redis://127.0.0.1:6379/15")
 #: Seconds each unit of work takes, so that kills land while messages are in flight.
@@ -32,6 +34,13 @@ class Ledger:
     def apply(self, kind: str, item: str, value: str = "1") -> None:
         """An idempotent effect: the first write per item wins (a unique key, as a careful actor does)."""
         self.redis.hsetnx(f"{self.prefix}:{kind}:effects", item, value)
+
+    def append(self, kind: str, key: str, value: int) -> None:
+        """An effect whose order matters: appended to the key's list."""
+        self.redis.rpush(f"{self.prefix}:{kind}:list:{key}", value)
+
+    def sequence(self, kind: str, key: str) -> list[int]:
+        return [int(v) for v in self.redis.lrange(f"{self.prefix}:{kind}:list:{key}", 0, -1)]
 
     def count(self, kind: str, what: str) -> dict[str, int]:
         raw = self.redis.hgetall(f"{self.prefix}:{kind}:{what}")
@@ -76,4 +85,27 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
     def poison() -> None:
         os.kill(os.getpid(), 9)  # crashes its worker every time it is delivered
 
-    return {"work": work, "chain_step": chain_step, "member": member, "gather": gather, "poison": poison}
+    @dramatiq.actor(broker=broker, profile="ordered", ordering_key="user", partitions=8, max_retries=1)
+    def timeline(user: str, seq: int) -> None:
+        time.sleep(WORK_S)
+        ledger.append("timeline", user, seq)
+
+    @dramatiq.actor(broker=broker, profile="long_running", lease_s=2, timeout_s=120, max_retries=3)
+    def transcode(video: str, seconds: float) -> str:
+        ledger.executed("transcode", video)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            report_progress(1 - (deadline - time.monotonic()) / seconds, video)
+            time.sleep(0.1)
+        ledger.apply("transcode", video)
+        return video
+
+    return {
+        "work": work,
+        "chain_step": chain_step,
+        "member": member,
+        "gather": gather,
+        "poison": poison,
+        "timeline": timeline,
+        "transcode": transcode,
+    }

@@ -8,7 +8,19 @@ from pathlib import Path
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
-from middleware import Backoff, CorrelationId, DeadLetter, Idempotency, Metrics, PipelineSteps, Timeout, Tracing
+from middleware import (
+    Backoff,
+    CorrelationId,
+    DeadLetter,
+    Idempotency,
+    Leases,
+    Metrics,
+    PipelineSteps,
+    Profiles,
+    Schedules,
+    Timeout,
+    Tracing,
+)
 from pipelines.app import build_app, build_middleware
 from pipelines.runtime import Runtime
 from pipelines.store import MemoryRunStore
@@ -34,6 +46,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
     order = [type(m) for m in build_middleware(settings, runtime)]
 
     assert order == [
+        Profiles,
         CorrelationId,
         AgeLimit,
         Timeout,
@@ -43,9 +56,11 @@ def test_the_middleware_run_in_one_documented_order() -> None:
         Pipelines,
         Idempotency,
         PipelineSteps,
+        Leases,
         Backoff,
         DeadLetter,
         PeriodiqMiddleware,
+        Schedules,
     ]
 
 
@@ -118,7 +133,7 @@ def test_tracing_and_metrics_come_right_after_the_correlation_id_when_enabled() 
     app = build_app(settings)
     order = [type(m) for m in app.broker.middleware]
 
-    assert order[:4] == [CorrelationId, Tracing, Metrics, AgeLimit]
+    assert order[:5] == [Profiles, CorrelationId, Tracing, Metrics, AgeLimit]
     assert app.runtime.tracer is not None
     assert any(isinstance(listener, Metrics) for listener in app.runtime.listeners)
     app.close()
