@@ -149,6 +149,11 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
         rf"{namespace}\.events\s+-> {namespace}\.orders\.start_fulfilment\s+order\.placed", topology.stdout
     )
     assert "order_fulfilment" in topology.stdout
+    # Every actor with its profile and what was declared for it.
+    assert re.search(r"record_timeline_event\s+ordered\s+timeline\s+8 partitions", topology.stdout)
+    assert re.search(r"send_welcome_email\s+fire_and_forget\s+notifications", topology.stdout)
+    assert re.search(r"export_orders\s+long_running\s+long_running", topology.stdout)
+    assert re.search(r"nightly_report\s+scheduled.*\n.*missed ticks: catch_up", topology.stdout)
     assert queues.returncode == 0, queues.stderr
     assert re.search(rf"{namespace}\.orders\.charge_payment\.dead\s+dead-letter\s+0", queues.stdout)
 

@@ -82,6 +82,33 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def test_drops_and_partition_lag_are_counted(
+    counted: tuple[Any, CollectorRegistry], start_worker: Any, observe: Any
+) -> None:
+    app, registry = counted
+    observer = observe(app)
+
+    @dramatiq.actor(broker=app.broker, profile="fire_and_forget", max_retries=0)
+    def ping(n: int) -> None:
+        raise ConnectionError(n)
+
+    @dramatiq.actor(broker=app.broker, profile="ordered", ordering_key="user", partitions=2)
+    def feed(user: str) -> None: ...
+
+    start_worker(app)
+    ping.send(1)
+    sent = [feed.send(user) for user in ("ada", "bob", "cy")]
+    observer.wait_handled("feed", 3)
+    observer.wait_dead_lettered("ping", 1)
+
+    partitions = [str(m.options["partition"]) for m in sent]
+    assert value(registry, "pipelines_messages_dropped_total", queue="default", actor="ping") == 1
+    assert value(registry, "pipelines_messages_dead_lettered_total", queue="default", actor="ping") == 0
+    for partition in set(partitions):
+        count = value(registry, "pipelines_partition_lag_seconds_count", actor="feed", partition=partition)
+        assert count == partitions.count(partition)
+
+
 def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_app: Any) -> None:
     port = free_port()
     app = make_app(metrics={"enabled": True, "multiprocess": False, "port": port})
