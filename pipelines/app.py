@@ -113,9 +113,7 @@ def build_middleware(
             retention_s=settings.store.idempotency_retention_s,
         ),
         PipelineSteps(runtime=runtime),
-        Leases(
-            runtime=runtime, default_max_retries=settings.retries.max_retries, system_timeout_s=system_timeout_s
-        ),
+        Leases(runtime=runtime, default_max_retries=settings.retries.max_retries, system_timeout_s=system_timeout_s),
         Backoff(
             max_retries=settings.retries.max_retries,
             min_backoff_ms=int(settings.retries.min_backoff_s * 1000),
