@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per case (default 3; medians are reported)")
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes: a smoke run")
     parser.add_argument("--cases", nargs="*", default=None, help="only these cases")
+    parser.add_argument(
+        "--no-tracing", action="store_true", help="run our workers without tracing (to see what tracing costs)"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else Sizes()
     wanted = set(args.cases or ["throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "scale"])
@@ -171,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         f" workers {PROCESSES} processes x {THREADS} threads; rounds {args.rounds}; logs {logs}"
     )
     with otlp_sink() as endpoint:
-        ours, bare, celery, pika = Ours(endpoint), BareDramatiq(), Celery(), RawPika()
+        ours, bare, celery, pika = Ours(endpoint, tracing=not args.no_tracing), BareDramatiq(), Celery(), RawPika()
         log = lambda name: logs / f"{name}.log"  # noqa: E731
         if "throughput" in wanted:
             alternate(

@@ -45,13 +45,13 @@ class Ours:
 
     name = "rabbit-pipelines"
 
-    def __init__(self, otlp_endpoint: str) -> None:
+    def __init__(self, otlp_endpoint: str, *, tracing: bool = True) -> None:
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
         self.env = base_env() | {
             "PIPELINES_NAMESPACE": NAMESPACE,
             "PIPELINES_BROKER__URL": AMQP_URL,
             "PIPELINES_STORE__URL": REDIS_URL,
-            "PIPELINES_TELEMETRY__ENABLED": "true",
+            "PIPELINES_TELEMETRY__ENABLED": "true" if tracing else "false",
             "PIPELINES_TELEMETRY__ENDPOINT": otlp_endpoint,
             "PIPELINES_METRICS__ENABLED": "true",
             "PIPELINES_METRICS__PORT": str(free_port()),
