@@ -8,6 +8,7 @@ from middleware.dead_letter import DeadLetter
 from middleware.idempotency import Idempotency
 from middleware.leases import Leases
 from middleware.metrics import Metrics
+from middleware.payloads import Payloads
 from middleware.pipeline_steps import PipelineSteps
 from middleware.profiles import Profiles
 from middleware.schedules import Schedules
@@ -21,6 +22,7 @@ __all__ = [
     "Idempotency",
     "Leases",
     "Metrics",
+    "Payloads",
     "PipelineSteps",
     "Profiles",
     "Schedules",

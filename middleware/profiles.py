@@ -1,4 +1,4 @@
-"""Checks each actor's profile when it is declared and fills in the profile's defaults.
+"""Checks each actor's profile and flow options when it is declared and fills in the profile's defaults.
 
 The profile itself is data on the actor (see ``pipelines.profiles``): the brokers read it to declare
 queues and route messages, ``Backoff`` to retry in place or drop, ``Leases`` and ``Schedules`` to own
@@ -14,7 +14,9 @@ from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
 from pipelines.config import ProfilesConfig
+from pipelines.errors import InvalidActorOption
 from pipelines.profiles import apply_profile
+from pipelines.rate_limits import parse_rate
 
 
 class Profiles(Middleware):
@@ -25,7 +27,22 @@ class Profiles(Middleware):
 
     @property
     def actor_options(self) -> set[str]:
-        return {opt.PROFILE, opt.PARTITIONS, opt.ORDERING_KEY, opt.MISSED, opt.LEASE, opt.ON_LOST}
+        return {
+            opt.PROFILE,
+            opt.PARTITIONS,
+            opt.ORDERING_KEY,
+            opt.MISSED,
+            opt.LEASE,
+            opt.ON_LOST,
+            opt.RATE_LIMIT,
+            opt.MAX_LENGTH,
+        }
 
     def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         apply_profile(actor, self.config)
+        owner = f"Actor {actor.actor_name!r}"
+        if opt.RATE_LIMIT in actor.options:
+            parse_rate(actor.options[opt.RATE_LIMIT], owner=owner)
+        length = actor.options.get(opt.MAX_LENGTH)
+        if length is not None and (type(length) is not int or length < 1):
+            raise InvalidActorOption(f"{owner}: max_length={length!r} must be a whole number of messages >= 1.")

@@ -33,6 +33,7 @@ from pipelines.errors import (
     MessageTooLarge,
     PipelinesError,
     PublishError,
+    QueueFull,
     ResultTooLarge,
     RunCancelled,
     RunError,
@@ -45,11 +46,15 @@ from pipelines.errors import (
     UnknownPipeline,
     Unroutable,
 )
+from pipelines.priority import DEFAULT_PRIORITY, HIGH_PRIORITY, LOW_PRIORITY
 from pipelines.progress import check_cancelled, report_progress
 from pipelines.runs import Run
 from pipelines.store.base import RunStatus, StepStatus
 
 __all__ = [
+    "DEFAULT_PRIORITY",
+    "HIGH_PRIORITY",
+    "LOW_PRIORITY",
     "App",
     "BrokerUnavailable",
     "Cancelled",
@@ -67,6 +72,7 @@ __all__ = [
     "Parallel",
     "PipelinesError",
     "PublishError",
+    "QueueFull",
     "ResultTooLarge",
     "Run",
     "RunCancelled",

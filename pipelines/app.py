@@ -29,6 +29,7 @@ from middleware import (
     Idempotency,
     Leases,
     Metrics,
+    Payloads,
     PipelineSteps,
     Profiles,
     Schedules,
@@ -43,10 +44,13 @@ from pipelines.config import Settings, load_settings
 from pipelines.current import current_app, get_app, set_app
 from pipelines.dlq import DeadLetterQueues
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
+from pipelines.outbound import Outbound
 from pipelines.profiles import MissedPolicy
+from pipelines.rate_limits import Rate, RateLimiter, parse_rate
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
 from pipelines.schedules import pipeline_starter
+from pipelines.sealing import Sealer
 from pipelines.store import RunStore, make_store
 
 __all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
@@ -72,6 +76,8 @@ def build_middleware(
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
     - ``Timeout`` comes before Dramatiq's ``TimeLimit``, which enforces the limit it sets.
+    - ``Payloads`` opens sealed arguments and validates typed payloads before anything reads them
+      (idempotency keys are computed from what the actor will get).
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
       released) or scheduled another attempt.
@@ -107,6 +113,7 @@ def build_middleware(
         ShutdownNotifications(),
         Callbacks(),
         Pipelines(),
+        Payloads(sealer=runtime.sealer),
         Idempotency(
             store=runtime.store,
             lease_s=settings.store.step_lease_s,
@@ -136,13 +143,17 @@ class App:
     runtime: Runtime
     pipelines: dict[str, Node | Callable[..., Node]] = field(default_factory=dict)
     tracer_provider: TracerProvider | None = None
+    rate_limits: dict[str, Rate] = field(default_factory=dict)
 
-    def register(self, name: str, pipeline: object) -> None:
+    def register(self, name: str, pipeline: object, *, rate_limit: str | None = None) -> None:
         """Register a pipeline (or a factory that builds one from the run's arguments) under ``name``.
 
-        ``run(name)`` and ``pipelines run NAME`` then start it.
+        ``run(name)`` and ``pipelines run NAME`` then start it; with ``rate_limit`` ("10/s", "100/m"),
+        at most that many runs start, evenly spaced (a run over the rate starts later, never refused).
         """
         self.pipelines[name] = pipeline if callable(pipeline) and not isinstance(pipeline, Node) else as_node(pipeline)
+        if rate_limit is not None:
+            self.rate_limits[name] = parse_rate(rate_limit, owner=f"Pipeline {name!r}")
 
     def start(
         self,
@@ -155,6 +166,9 @@ class App:
         deadline_s: float | None = None,
     ) -> Run:
         """Start a run of a pipeline built on the spot (see ``Node.run_with_options``)."""
+        delay_ms = None
+        if name in self.rate_limits:
+            delay_ms = RateLimiter(self.store).delays_ms(f"pipeline:{name}", self.rate_limits[name], 1)[0] or None
         run_id, created = self.runtime.start(
             self.broker,
             as_node(node),
@@ -163,8 +177,9 @@ class App:
             name=name,
             idempotency_key=idempotency_key,
             deadline_s=deadline_s,
+            delay_ms=delay_ms,
         )
-        return Run(run_id, store=self.store, created=created)
+        return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer)
 
     def start_many(
         self,
@@ -177,7 +192,9 @@ class App:
         """Start one run per pipeline with one store round trip and one confirmed publish for all."""
         runs = [(as_node(node), args, kwargs) for node in nodes]
         started = self.runtime.start_many(self.broker, runs, name=name)
-        return [Run(run_id, store=self.store, created=created) for run_id, created in started]
+        return [
+            Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer) for run_id, created in started
+        ]
 
     def run(
         self, name: str, *args: Any, idempotency_key: str | None = None, deadline_s: float | None = None, **kwargs: Any
@@ -219,7 +236,7 @@ class App:
     def run_for_key(self, idempotency_key: str) -> Run | None:
         """The run an idempotency key started, if it is still retained."""
         run_id = self.store.run_for_key(idempotency_key)
-        return Run(run_id, store=self.store, created=False) if run_id else None
+        return Run(run_id, store=self.store, created=False, sealer=self.runtime.sealer) if run_id else None
 
     @property
     def dead_letters(self) -> DeadLetterQueues:
@@ -228,7 +245,7 @@ class App:
 
     def get_run(self, run_id: str) -> Run:
         """The handle of an existing run (``status()`` raises RunNotFound if there is none)."""
-        return Run(run_id, store=self.store)
+        return Run(run_id, store=self.store, sealer=self.runtime.sealer)
 
     def publish(self, topic: str, payload: Any) -> str:
         """Publish a domain event to every actor subscribed to a matching pattern; returns its id."""
@@ -278,14 +295,22 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
     if settings.telemetry.enabled:
         provider = telemetry.make_tracer_provider(settings.telemetry, exporter=span_exporter)
         tracer = telemetry.install(provider)
+    sealer = Sealer(settings.encryption.keys) if settings.encryption.keys else None
     runtime = Runtime(
         store=store,
         lease_s=settings.store.step_lease_s,
         max_result_bytes=settings.store.max_result_bytes,
         tracer=tracer,
+        sealer=sealer,
     )
     middleware = build_middleware(settings, runtime, tracer=tracer)
     broker = make_broker(settings.broker, namespace=settings.namespace, middleware=middleware)
+    broker.outbound = Outbound(
+        sealer=sealer,
+        limiter=RateLimiter(store),
+        warn_bytes=settings.broker.warn_message_bytes,
+        large_policy=settings.broker.large_message_policy,
+    )
     return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
 
 

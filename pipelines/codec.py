@@ -10,6 +10,7 @@ from typing import Any
 
 import dramatiq
 import orjson
+from pydantic import BaseModel
 
 from pipelines.errors import DefinitionError
 
@@ -18,6 +19,13 @@ _FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id"
 
 class MalformedMessage(ValueError):
     """A body that is not a JSON Dramatiq message; the message says what is wrong with it."""
+
+
+def _jsonable(value: Any) -> Any:
+    """What orjson cannot encode by itself: pydantic models (typed payloads and results) as their JSON."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
 def encode_message(message: dramatiq.Message[Any]) -> bytes:
@@ -36,7 +44,8 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
                 "options": message.options,
                 "message_id": message.message_id,
                 "message_timestamp": message.message_timestamp,
-            }
+            },
+            default=_jsonable,
         )
     except TypeError as e:
         raise DefinitionError(
@@ -84,7 +93,7 @@ def encode_value(value: Any) -> str:
         DefinitionError: When the result is not JSON-serializable.
     """
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value, default=_jsonable).decode()
     except TypeError as e:
         raise DefinitionError(f"A step returned a value that is not JSON ({e}). Return plain values or ids.") from None
 

@@ -7,6 +7,8 @@ Every key can be overridden by an environment variable ``PIPELINES_<SECTION>__<K
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import re
@@ -78,6 +80,9 @@ class BrokerConfig(_Section):
     delivery_limit: int = Field(default=20, ge=1)
     delay_tiers_s: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
     consumer_timeout_s: int = Field(default=1800, ge=1)
+    max_queue_length: int = Field(default=0, ge=0)
+    warn_message_bytes: int = Field(default=65_536, gt=0)
+    large_message_policy: Literal["warn", "error"] = "warn"
     tls: TlsConfig = TlsConfig()
 
     @field_validator("url")
@@ -160,6 +165,27 @@ class ProfilesConfig(_Section):
         return queue
 
 
+class EncryptionConfig(_Section):
+    """Keys of payload encryption (Fernet: AES-128-CBC with HMAC-SHA256): the first encrypts, all decrypt."""
+
+    keys: tuple[str, ...] = ()
+
+    @field_validator("keys")
+    @classmethod
+    def _fernet_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        for key in keys:
+            try:
+                raw = base64.urlsafe_b64decode(key.encode())
+            except (ValueError, binascii.Error):
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError(
+                    "expected Fernet keys (32 bytes, url-safe base64), newest first; make one with "
+                    "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+                )
+        return keys
+
+
 class LoggingConfig(_Section):
     """Log lines of worker processes: every line carries correlation id, run id, message id, actor, attempt."""
 
@@ -207,6 +233,7 @@ class Settings(BaseSettings):
     retries: RetriesConfig = RetriesConfig()
     worker: WorkerConfig = WorkerConfig()
     profiles: ProfilesConfig = ProfilesConfig()
+    encryption: EncryptionConfig = EncryptionConfig()
     logging: LoggingConfig = LoggingConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -243,8 +270,9 @@ class Settings(BaseSettings):
         return _validated(dict(values), source="values", use_env=False)
 
     def masked(self) -> dict[str, Any]:
-        """The effective configuration with every credential in every URL replaced by ``***``."""
+        """The effective configuration with every credential in every URL, and every key, replaced by ``***``."""
         masked: dict[str, Any] = mask_secrets(self.model_dump(mode="json"))
+        masked["encryption"]["keys"] = ["***"] * len(self.encryption.keys)
         return masked
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> Settings:
@@ -354,7 +382,7 @@ def _explain(error: ValidationError, source: str) -> str:
     location = [str(part) for part in first["loc"]]
     key = ".".join(location)
     env_name = ENV_PREFIX + "__".join(part.upper() for part in location)
-    value = mask_secrets(first.get("input"))
+    value = "***" if location[:1] == ["encryption"] else mask_secrets(first.get("input"))
     problem = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"Invalid configuration: unknown key {key!r} (in {source} or {env_name}). Check its spelling."

@@ -79,6 +79,15 @@ class Unroutable(PublishError):
     """RabbitMQ returned the message: no queue is bound for its routing key."""
 
 
+class QueueFull(PublishError):
+    """A queue at its ``max_length`` refused a message; ``queue`` and ``depth`` say which and how full."""
+
+    def __init__(self, message: str, *, queue: str, depth: int) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.depth = depth
+
+
 class MessageTooLarge(PublishError):
     """The encoded message is larger than ``broker.max_message_bytes``."""
 

@@ -72,3 +72,23 @@ CATCH_UP_OF: Final = "catch_up_of"
 LEASE: Final = "lease_s"
 #: Actor option (long_running): what happens to a job whose worker died ("retry", "fail").
 ON_LOST: Final = "on_lost"
+
+#: Actor option: the pydantic model of the actor's one argument.
+PAYLOAD: Final = "payload"
+#: Actor/message option: the version of that model (an int, from 1).
+SCHEMA_VERSION: Final = "schema_version"
+#: Actor option: {older version: function(dict) -> dict of the next version}, to accept older messages.
+UPGRADES: Final = "upgrades"
+#: Actor option: encrypt the whole argument list of every message.
+ENCRYPT: Final = "encrypt"
+#: Actor option: names of payload fields (or keyword arguments) to encrypt.
+SECRET_FIELDS: Final = "secret_fields"
+#: Message option: the encrypted arguments of a message whose actor encrypts them all.
+SEALED: Final = "sealed"
+#: Actor option: at most this many messages per second/minute/hour reach the actor ("20/s").
+RATE_LIMIT: Final = "rate_limit"
+#: Actor option: the most messages the actor's queue holds; publishes beyond are refused.
+MAX_LENGTH: Final = "max_length"
+#: Message option (embedded broker): the message waited in a worker's delay queue and comes back due;
+#: it was prepared for the wire when first published.
+DUE: Final = "pipelines_due"

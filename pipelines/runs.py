@@ -6,17 +6,19 @@ from collections.abc import Callable
 from typing import Any
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
+from pipelines.sealing import Sealer
 from pipelines.store.base import RunStatus, RunStore
 
 
 class Run:
     """A pipeline run, by id. Cheap to create: every call reads the run store."""
 
-    def __init__(self, run_id: str, *, store: RunStore, created: bool = True) -> None:
+    def __init__(self, run_id: str, *, store: RunStore, created: bool = True, sealer: Sealer | None = None) -> None:
         self.id = run_id
         self.created = created
         """False when an idempotency key returned an existing run."""
         self._store = store
+        self._sealer = sealer
 
     def __repr__(self) -> str:
         return f"Run({self.id!r})"
@@ -68,7 +70,8 @@ class Run:
             raise RunFailed(self.id, status.failed_step, status.error)
         if status.state == "cancelled":
             raise RunCancelled(f"Run {self.id} was cancelled.")
-        return status.result
+        # An encrypting actor's result is stored sealed; the caller gets it opened (with the keys).
+        return self._sealer.open(status.result) if self._sealer is not None else status.result
 
     def cancel(self) -> bool:
         """Cancel the run: steps that have not started never run. False if it had already ended."""

@@ -28,6 +28,7 @@ from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
 from pipelines.plan import Frame, Leaf, compile_plan
+from pipelines.sealing import Sealer, encrypts
 from pipelines.store.base import Advance, Claim, NewRun, RunStore
 
 logger = logging.getLogger(__name__)
@@ -164,12 +165,20 @@ class Runtime:
     """
 
     def __init__(
-        self, *, store: RunStore, lease_s: float, max_result_bytes: int, tracer: trace.Tracer | None = None
+        self,
+        *,
+        store: RunStore,
+        lease_s: float,
+        max_result_bytes: int,
+        tracer: trace.Tracer | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.store = store
         self.lease_ms = int(lease_s * 1000)
         self.max_result_bytes = max_result_bytes
         self.tracer = tracer
+        self.sealer = sealer
+        """Seals the results of encrypting actors before they are stored or passed on."""
         self.listeners: list[RunListener] = []
 
     # -- producer side --------------------------------------------------------------------------
@@ -184,8 +193,9 @@ class Runtime:
         name: str | None = None,
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
+        delay_ms: int | None = None,
     ) -> tuple[str, bool]:
-        """Record a run of ``node`` and publish its first steps.
+        """Record a run of ``node`` and publish its first steps (after ``delay_ms``, if given).
 
         The run's correlation id is the caller's (``pipelines.correlation``, or the message being
         processed), else a new one; every message of the run carries it. After ``deadline_s`` seconds
@@ -201,7 +211,12 @@ class Runtime:
                 recorded, it is marked failed with the reason).
         """
         started = self.start_many(
-            broker, [(node, args, kwargs)], name=name, idempotency_key=idempotency_key, deadline_s=deadline_s
+            broker,
+            [(node, args, kwargs)],
+            name=name,
+            idempotency_key=idempotency_key,
+            deadline_s=deadline_s,
+            delay_ms=delay_ms,
         )
         return started[0]
 
@@ -213,6 +228,7 @@ class Runtime:
         name: str | None = None,
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
+        delay_ms: int | None = None,
     ) -> list[tuple[str, bool]]:
         """Start several runs with one store round trip and one confirmed publish (see :meth:`start`).
 
@@ -245,7 +261,7 @@ class Runtime:
             outcomes = self.store.create_runs([record for record, _ in prepared])
             messages = [m for (_, batch), (_, made) in zip(prepared, outcomes, strict=True) if made for m in batch]
             if messages:
-                self._publish_first_steps(broker, messages, outcomes, traced=bool(spans))
+                self._publish_first_steps(broker, messages, outcomes, traced=bool(spans), delay_ms=delay_ms)
             return outcomes
         finally:
             for span in spans:
@@ -258,11 +274,12 @@ class Runtime:
         outcomes: list[tuple[str, bool]],
         *,
         traced: bool,
+        delay_ms: int | None,
     ) -> None:
         # Publish spans take their parent from each message's run span, not from whatever is current.
         token = context.attach(context.Context()) if traced else None
         try:
-            broker.enqueue_many(messages)
+            broker.enqueue_many(messages, delay=delay_ms)
         except PipelinesError as e:
             for run_id, created in outcomes:
                 if created:
@@ -333,6 +350,9 @@ class Runtime:
         Raises:
             ResultTooLarge: The result is over ``store.max_result_bytes`` (nothing is recorded).
         """
+        actor = broker.actors.get(message.actor_name)
+        if self.sealer is not None and actor is not None and encrypts(actor):
+            result = self.sealer.seal(result)
         value = encode_value(result)
         if len(value) > self.max_result_bytes:
             raise ResultTooLarge(

@@ -53,6 +53,8 @@ class ActorRoute:
     subscribe: tuple[str, ...] = ()
     profile: str = "guaranteed"
     partitions: int = 1
+    max_length: int | None = None
+    """Most messages the queue (each partition) holds; publishes beyond are refused."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,10 @@ def build_topology(
         queue = naming.actor_queue(namespace, actor.queue_name, actor.actor_name)
         dead_queue = naming.dead_letter_queue(queue)
         actor_queues[actor.actor_name] = queue
-        arguments = {"x-dead-letter-exchange": dead, "x-dead-letter-routing-key": queue}
+        arguments: dict[str, Any] = {"x-dead-letter-exchange": dead, "x-dead-letter-routing-key": queue}
+        if actor.max_length:
+            # A full queue refuses (nacks) new publishes: the producer hears of it, nothing is dropped.
+            arguments |= {"x-max-length": actor.max_length, "x-overflow": "reject-publish"}
         if actor.profile == "ordered":
             # One queue per partition, each served by one consumer at a time: its messages in order.
             partitioned = {**arguments, "x-single-active-consumer": True}

@@ -272,3 +272,20 @@ def test_top_shows_queues_with_their_depths_and_the_recent_runs(env: dict[str, s
     assert re.search(rf"{namespace}\.images\.make_thumbnail\s+0\s+0", frame.stdout)
     assert re.search(rf"{run_id}\s+thumbnails\s+succeeded\s+5/5", frame.stdout)
     assert "(rates need [metrics] enabled" in frame.stdout
+
+
+def test_publishing_to_a_full_queue_reports_which_queue_and_how_full(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    env = environment(namespace, PIPELINES_BROKER__MAX_QUEUE_LENGTH="1")  # and no worker draining them
+    try:
+        outcomes = [pipelines(env, "publish", "order.placed", '{"order_id": 1, "total": 5}') for _ in range(4)]
+    finally:
+        delete_namespace(namespace)
+
+    refused = [o for o in outcomes if o.returncode != 0]
+    assert outcomes[0].returncode == 0, outcomes[0].stderr
+    assert refused, "no publish was refused"
+    assert refused[0].returncode == 1
+    assert re.search(rf"Queue {namespace}\.\S+ is full \(\d+ messages, max_length 1\)", refused[0].stderr)

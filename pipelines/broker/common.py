@@ -11,9 +11,8 @@ from dramatiq.middleware import MiddlewareError
 from pipelines import naming
 from pipelines import options as opt
 from pipelines.config import BrokerConfig
-from pipelines.delivery import resolve
 from pipelines.errors import DefinitionError, MessageTooLarge
-from pipelines.profiles import ordering_key, partition_for, profile_of
+from pipelines.profiles import profile_of
 from pipelines.routing import route_of
 from pipelines.topology import ActorRoute, Topology, build_topology
 
@@ -63,6 +62,7 @@ class TopologyCache:
                         tuple(a.options.get(opt.SUBSCRIBE, ())),
                         profile_of(a),
                         int(a.options.get(opt.PARTITIONS, 1)),
+                        a.options.get(opt.MAX_LENGTH) or self.config.max_queue_length or None,
                     )
                     for a in actors.values()
                 ),
@@ -72,44 +72,6 @@ class TopologyCache:
             )
             self._built = (len(actors), topology)
         return self._built[1]
-
-
-def place(
-    actors: Mapping[str, dramatiq.Actor[Any, Any]], message: dramatiq.Message[Any]
-) -> list[dramatiq.Message[Any]]:
-    """The message(s) to publish for ``message``, with ordered actors' partitions chosen.
-
-    A message to an ordered actor gets the partition of its ordering key. A fan-out body cannot
-    reach a partition, so the branches of ordered actors leave it as direct messages of their own
-    (with the ids the queue would have given them).
-
-    Raises:
-        DefinitionError: An ordering key cannot be taken from the message's arguments.
-    """
-    actor = actors.get(message.actor_name) if message.actor_name else None
-    if actor is not None:
-        return [_partitioned(actor, message)]
-    branches: dict[str, Any] | None = message.options.get(opt.BRANCHES)
-    if not branches or not any(_is_ordered(actors.get(name)) for name in branches):
-        return [message]
-    placed = [
-        _partitioned(actors[name], resolve(message, actor_name=name, queue_name=actors[name].queue_name))
-        for name in branches
-        if _is_ordered(actors.get(name))
-    ]
-    rest = {name: branch for name, branch in branches.items() if not _is_ordered(actors.get(name))}
-    return [message.copy(options={opt.BRANCHES: rest}), *placed] if rest else placed
-
-
-def _is_ordered(actor: dramatiq.Actor[Any, Any] | None) -> bool:
-    return actor is not None and actor.options.get(opt.PROFILE) == "ordered"
-
-
-def _partitioned(actor: dramatiq.Actor[Any, Any], message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
-    if not _is_ordered(actor) or opt.PARTITION in message.options:
-        return message
-    partition = partition_for(ordering_key(actor, message), int(actor.options[opt.PARTITIONS]))
-    return message.copy(options={opt.PARTITION: partition})
 
 
 def event_message(topic: str, payload: Any, options: dict[str, Any] | None = None) -> dramatiq.Message[Any]:

@@ -19,12 +19,13 @@ from dramatiq.common import current_millis, dq_name
 
 from pipelines import naming
 from pipelines import options as opt
-from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, place, validate_actor
+from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.codec import decode_message, encode_message
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter
 from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, resolve
 from pipelines.errors import DefinitionError, Unroutable
+from pipelines.outbound import Outbound
 from pipelines.routing import route_of, topic_matches
 from pipelines.topology import Topology
 
@@ -44,6 +45,8 @@ class MemoryBroker(HookDispatch, StubBroker):
         self.namespace = namespace
         self.actor_options |= {opt.SUBSCRIBE}
         self.publish_count = 0
+        self.outbound = Outbound(warn_bytes=config.warn_message_bytes, large_policy=config.large_message_policy)
+        """Replaced by the composition root with one that can seal and rate-limit."""
         self._topology = TopologyCache(namespace=namespace, config=config)
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
@@ -80,30 +83,35 @@ class MemoryBroker(HookDispatch, StubBroker):
             Unroutable: No actor matches a message's routing key.
         """
         routed = []
-        for message in (placed for original in messages for placed in place(self.actors, original)):
-            if delay and route_of(message).exchange != "work":
+        for prepared, wait in self._prepare(messages, delay):
+            message = prepared
+            if wait and route_of(message).exchange != "work":
                 raise DefinitionError("Events cannot be delayed; delay the actor that publishes them.")
-            check_size(message, encode_message(message), self.config.max_message_bytes)
+            if wait:
+                message = message.copy(options={opt.ETA: current_millis() + wait})
+            body = encode_message(message)
+            check_size(message, body, self.config.max_message_bytes)
+            self.outbound.check_body(message, body)
             targets = self._targets(message)
             if not targets:
                 raise Unroutable(
                     f"No queue in namespace {self.namespace!r} is bound for {route_of(message).routing_key}: no "
                     "declared actor has that name, or no actor subscribes to that topic."
                 )
-            routed.append((message, targets))
-        for message, targets in routed:
-            self.emit_before("enqueue", message, delay)
+            routed.append((message, wait, targets))
+        for message, wait, targets in routed:
+            self.emit_before("enqueue", message, wait)
             self.publish_count += 1
             for actor_name in targets:
                 group = self.actors[actor_name].queue_name
                 copy = resolve(message, actor_name=actor_name, queue_name=group)
                 queue = group
-                if delay:
+                if wait:
                     queue = dq_name(group)
-                    copy = copy.copy(queue_name=queue, options={opt.ETA: current_millis() + delay})
+                    copy = copy.copy(queue_name=queue, options={opt.DUE: True})
                 self.queues[queue].put(encode_message(copy))
-            self.emit_after("enqueue", message, delay)
-        return [message for message, _ in routed]
+            self.emit_after("enqueue", message, wait)
+        return [message for message, _, _ in routed]
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 100) -> dramatiq.broker.Consumer:
         return _MemoryConsumer(super().consume(queue_name, prefetch, timeout), self.queues[queue_name])
@@ -117,6 +125,20 @@ class MemoryBroker(HookDispatch, StubBroker):
         proxy = dramatiq.broker.MessageProxy(message)
         setattr(proxy, REASON_ATTRIBUTE, reason)
         self.dead_letters_by_queue[message.queue_name].append(proxy)
+
+    def _prepare(
+        self, messages: Sequence[dramatiq.Message[Any]], delay: int | None
+    ) -> list[tuple[dramatiq.Message[Any], int | None]]:
+        # Dramatiq's worker re-enqueues a delayed message when it is due: it was prepared (validated,
+        # sealed, rate-limited) when first published, so it goes straight back to its queue.
+        due = [m for m in messages if m.options.get(opt.DUE)]
+        if not due:
+            return self.outbound.prepare(self.actors, messages, delay)
+        fresh = [m for m in messages if not m.options.get(opt.DUE)]
+        back: list[tuple[dramatiq.Message[Any], int | None]] = [
+            (dramatiq.Message(**{**m.asdict(), "options": _without(m.options, opt.DUE)}), None) for m in due
+        ]
+        return [*self.outbound.prepare(self.actors, fresh, delay), *back]
 
     def _dead_letter_entries(self, queue: str) -> list[tuple[list[dramatiq.broker.MessageProxy], int, RawDeadLetter]]:
         topology = self.topology
@@ -186,3 +208,7 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _without(options: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k != key}

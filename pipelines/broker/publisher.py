@@ -49,6 +49,14 @@ def _nothing() -> None:
     """A callback that only wakes the connection's event loop."""
 
 
+class Refused(PublishError):
+    """RabbitMQ nacked these publishes (a full queue with ``reject-publish``, or an internal error)."""
+
+    def __init__(self, items: list[Outgoing]) -> None:
+        super().__init__(f"RabbitMQ refused (nacked) message(s) {', '.join(i.message_id for i in items[:5])}.")
+        self.items = items
+
+
 class BatchInterrupted(Exception):
     """The connection broke during a batch; ``confirmed`` holds the indexes RabbitMQ had confirmed."""
 
@@ -129,7 +137,8 @@ class ConfirmPublisher:
 
         Raises:
             BatchInterrupted: The connection or channel broke; some messages may be confirmed.
-            PublishError: RabbitMQ nacked a message, or did not confirm in time.
+            Refused: RabbitMQ nacked a message.
+            PublishError: RabbitMQ did not confirm in time.
         """
         first = self._next_tag
         try:
@@ -156,11 +165,11 @@ class ConfirmPublisher:
         except CONNECTION_ERRORS as e:
             confirmed = {i for i in range(len(batch)) if self._confirm and self._is_settled(first + i)}
             raise BatchInterrupted(confirmed, e) from None
-        nacked = [batch[tag - first].message_id for tag in range(first, last + 1) if tag in self._nacked]
+        nacked = [batch[tag - first] for tag in range(first, last + 1) if tag in self._nacked]
         # Earlier unconfirmed (fire-and-forget) publishes are settled too by now: forget their outcomes.
         self._nacked = {tag for tag in self._nacked if tag > last}
         if nacked:
-            raise PublishError(f"RabbitMQ refused (nacked) message(s) {', '.join(nacked[:5])}.")
+            raise Refused(nacked)
         ids = {item.message_id for item in batch}
         returned = [i for i in self._returned if i in ids]
         self._returned.clear()

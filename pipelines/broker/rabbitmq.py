@@ -34,10 +34,9 @@ from pipelines.broker.common import (
     TopologyCache,
     check_size,
     event_message,
-    place,
     validate_actor,
 )
-from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing
+from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing, Refused
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
 from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter, now_iso, reason_for
@@ -47,10 +46,13 @@ from pipelines.errors import (
     DefinitionError,
     MessageTooLarge,
     PipelinesError,
+    PublishError,
+    QueueFull,
     TopologyMismatch,
     Unroutable,
 )
-from pipelines.routing import route_of
+from pipelines.outbound import Outbound
+from pipelines.routing import route_of, topic_matches
 from pipelines.topology import DELAY_TIER_HEADER, Topology
 
 logger = logging.getLogger(__name__)
@@ -86,6 +88,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             parameters.ssl_options = _ssl_options(config)
         self.actor_options |= {opt.SUBSCRIBE}
         self.publish_count = 0
+        self.outbound = Outbound(warn_bytes=config.warn_message_bytes, large_policy=config.large_message_policy)
+        """Replaced by the composition root with one that can seal and rate-limit."""
         self._topology = TopologyCache(namespace=namespace, config=config)
         self._local = threading.local()
         self._publishers: set[ConfirmPublisher] = set()
@@ -219,23 +223,24 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         """
         self.ensure_topology()
         topology = self.topology
-        sent: list[dramatiq.Message[Any]] = []
+        sent: list[tuple[dramatiq.Message[Any], int | None]] = []
         batch: list[Outgoing] = []
-        for placed in (m for original in messages for m in place(self.actors, original)):
-            message = placed
+        for prepared, wait in self.outbound.prepare(self.actors, messages, delay):
+            message = prepared
             headers = None
             route = route_of(message)
             exchange = topology.work_exchange if route.exchange == "work" else topology.events_exchange
-            if delay is not None and delay > 0:
+            if wait is not None and wait > 0:
                 if route.exchange != "work":
                     raise DefinitionError("Events cannot be delayed; delay the actor that publishes them.")
-                message = message.copy(options={opt.ETA: current_millis() + delay})
+                message = message.copy(options={opt.ETA: current_millis() + wait})
                 exchange = topology.delay_exchange
-                headers = {DELAY_TIER_HEADER: topology.delay_tier_for(delay)}
+                headers = {DELAY_TIER_HEADER: topology.delay_tier_for(wait)}
             # Middleware may stamp options (a correlation id) before enqueue: encode after them.
-            self.emit_before("enqueue", message, delay)
+            self.emit_before("enqueue", message, wait)
             body = encode_message(message)
             check_size(message, body, self.config.max_message_bytes)
+            self.outbound.check_body(message, body)
             # Fire-and-forget messages are transient and not waited for: the fastest publish there is.
             durable = topology.actor_profiles.get(message.actor_name) != "fire_and_forget"
             batch.append(
@@ -243,11 +248,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
                     exchange, route.routing_key, body, message.message_id, headers, persistent=durable, confirm=durable
                 )
             )
-            sent.append(message)
+            sent.append((message, wait))
         self._publish(batch)
-        for message in sent:
-            self.emit_after("enqueue", message, delay)
-        return sent
+        for message, wait in sent:
+            self.emit_after("enqueue", message, wait)
+        return [message for message, _ in sent]
 
     def redelay(self, message: dramatiq.Message[Any], eta_ms: int) -> None:
         """Send a message that came back from a delay tier early to the next tier."""
@@ -272,6 +277,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
             try:
                 returned = self._publisher().publish(remaining)
+            except Refused as e:
+                raise self._refusal(e) from None
             except BatchInterrupted as e:
                 self._drop_publisher()
                 remaining = [item for i, item in enumerate(remaining) if i not in e.confirmed]
@@ -293,6 +300,28 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self.forget_declarations()
             self.ensure_topology()
             redeclared = True
+
+    def _refusal(self, refused: Refused) -> PublishError:
+        """QueueFull naming the full queue a refused publish was bound for, else the refusal itself."""
+        topology = self.topology
+        limits = {q.name: q.arguments["x-max-length"] for q in topology.queues if "x-max-length" in q.arguments}
+        for item in refused.items:
+            bound = {
+                b.queue
+                for b in topology.bindings
+                if b.exchange == item.exchange and b.queue in limits and topic_matches(b.routing_key, item.routing_key)
+            }
+            for queue in sorted(bound):
+                depth = self.queue_depth(queue) or 0
+                if depth >= limits[queue]:
+                    return QueueFull(
+                        f"Queue {queue} is full ({depth} messages, max_length {limits[queue]}): RabbitMQ refused "
+                        f"message {item.message_id}. Add workers, slow the producer down, or raise max_length "
+                        "(the actor's option, or [broker] max_queue_length).",
+                        queue=queue,
+                        depth=depth,
+                    )
+        return refused
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
         """Publish a message's body to ``queue``'s dead-letter queue with ``reason`` in its headers."""

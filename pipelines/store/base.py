@@ -252,6 +252,9 @@ class RunStore(Protocol):
     def tick_claims(self, job: str, tick_ms: int) -> int:
         """How many times one tick was claimed (more than one: a second scheduler sent it too)."""
 
+    def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
+        """Reserve the next ``count`` slots ``interval_ms`` apart; returns the ms until each (rate limits)."""
+
     def ping(self) -> None:
         """Raise StoreUnavailable if the store does not answer."""
 

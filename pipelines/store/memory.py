@@ -89,6 +89,7 @@ class MemoryRunStore:
         """long-running jobs' leases: id → (holder, expiry in epoch ms, record)."""
         self._ticks: dict[tuple[str, int], int] = {}
         self._last_ticks: dict[str, int] = {}
+        self._slots: dict[str, int] = {}
         self._changed = threading.Condition()
 
     def _live(self, run_id: str) -> _Run | None:
@@ -433,6 +434,14 @@ class MemoryRunStore:
     def tick_claims(self, job: str, tick_ms: int) -> int:
         with self._changed:
             return self._ticks.get((job, tick_ms), 0)
+
+    def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
+        with self._changed:
+            now = _now_ms()
+            tat = max(self._slots.get(key, 0), now)
+            delays = [tat - now + i * interval_ms for i in range(count)]
+            self._slots[key] = tat + count * interval_ms
+            return delays
 
     def ping(self) -> None:
         """Always answers."""

@@ -86,6 +86,7 @@ class RedisRunStore:
         self._lease_renew = self._redis.register_script(_script("lease_renew"))
         self._lease_take = self._redis.register_script(_script("lease_take"))
         self._tick_claim = self._redis.register_script(_script("tick_claim"))
+        self._reserve = self._redis.register_script(_script("reserve"))
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -329,6 +330,11 @@ class RedisRunStore:
         with self._answering():
             value = self._redis.get(tick_key(self._namespace, job, tick_ms))
         return int(value) if value is not None else 0
+
+    def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
+        with self._answering():
+            delays = cast(list[int], self._reserve(keys=[f"{self._namespace}:{key}"], args=[count, interval_ms]))
+        return [int(d) for d in delays]
 
     def ping(self) -> None:
         with self._answering():

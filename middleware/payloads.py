@@ -1,0 +1,72 @@
+"""Hands an actor the arguments it was sent: sealed values opened, a typed payload upgraded and validated.
+
+Runs before anything reads a message's arguments (idempotency keys, ordering keys). The message itself
+keeps its wire form, so a retry or a dead letter stays sealed and versioned; only what the actor is
+called with changes. A value that does not authenticate, or a payload that does not validate, is
+dead-lettered with the reason and never retried; a payload of a newer schema version than this
+worker's is put off until an upgraded worker takes it. See ``pipelines.sealing`` and
+``pipelines.payloads``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+
+from middleware.deferral import put_off
+from pipelines import options as opt
+from pipelines.dead_letters import fail_message
+from pipelines.payloads import InvalidPayload, NewerPayload, check_declaration, payload_model
+from pipelines.payloads import from_wire as payload_from_wire
+from pipelines.sealing import Sealer, Unsealable, has_sealed
+
+logger = logging.getLogger(__name__)
+
+#: How long a message of a newer schema version waits before it is offered to a worker again, in ms.
+NEWER_VERSION_RECHECK_MS = 30_000
+
+
+class Payloads(Middleware):
+    """Opens sealed arguments and validates typed payloads (see the module docstring)."""
+
+    def __init__(self, *, sealer: Sealer | None) -> None:
+        self.sealer = sealer
+
+    @property
+    def actor_options(self) -> set[str]:
+        return {opt.PAYLOAD, opt.SCHEMA_VERSION, opt.UPGRADES, opt.ENCRYPT, opt.SECRET_FIELDS}
+
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        check_declaration(actor)
+        (self.sealer or Sealer(())).check_declaration(actor)
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        actor = broker.get_actor(message.actor_name)
+        sealed = self.sealer is not None and (
+            opt.SEALED in message.options or has_sealed([message.args, message.kwargs])
+        )
+        if not sealed and payload_model(actor) is None:
+            return
+        try:
+            args, kwargs = (
+                self.sealer.open_message(message) if sealed and self.sealer else (message.args, message.kwargs)
+            )
+            if payload_model(actor) is not None:
+                args, kwargs = (payload_from_wire(actor, args, message.options.get(opt.SCHEMA_VERSION)),), {}
+        except Unsealable as e:
+            logger.error("Dead-lettering %s of %s: %s", message.message_id, message.actor_name, e)
+            fail_message(message, "undecryptable", e)
+            raise SkipMessage from None
+        except NewerPayload as e:
+            put_off(broker, message, NEWER_VERSION_RECHECK_MS, str(e))
+            raise SkipMessage from None
+        except InvalidPayload as e:
+            logger.error("Dead-lettering %s: %s", message.message_id, e)
+            fail_message(message, "invalid payload", e)
+            raise SkipMessage from None
+        # The proxy's own attributes shadow its message's: the actor gets these, the wire form stays.
+        setattr(message, "args", args)  # noqa: B010
+        setattr(message, "kwargs", kwargs)  # noqa: B010
