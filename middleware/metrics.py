@@ -146,11 +146,27 @@ class Metrics(Middleware):
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         self._child("in_flight", message.queue_name, message.actor_name).inc()
         self._started.at = time.perf_counter()
+        self._head_started(broker, message)
         partition = message.options.get(opt.PARTITION)
         if partition is not None:
             # An ordered partition's processing lag: from publish to the start of processing.
             lag_s = max(0.0, time.time() - message.message_timestamp / 1000)
             self._child("partition_lag", message.actor_name, str(partition)).observe(lag_s)
+
+    def _head_started(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        """Note when the newest message started from its RabbitMQ queue was published: the messages still
+        waiting there are younger, which bounds the age of the oldest (see ``pipelines.exposition``)."""
+        queue: str | None = getattr(message, "queue", None)  # the RabbitMQ queue it arrived on
+        if queue is None:
+            topology = getattr(broker, "topology", None)
+            queue = topology.actor_queues.get(message.actor_name) if topology is not None else None
+        if not queue:
+            return
+        heads: dict[str, float] = self.__dict__.setdefault("_heads", {})
+        published_s = message.message_timestamp / 1000
+        if published_s > heads.get(queue, 0):  # a retry of an older message does not move it back
+            heads[queue] = published_s
+            self._child("queue_head", queue).set(published_s)
 
     def _finish(self, message: dramatiq.broker.MessageProxy) -> tuple[str, str]:
         labels = (message.queue_name, message.actor_name)
@@ -294,6 +310,13 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
             "Time a chord barrier waited between its first and last member.",
             ["pipeline"],
             buckets=RUN_BUCKETS,
+            registry=registry,
+        ),
+        "queue_head": Gauge(
+            "pipelines_queue_head_published_timestamp_seconds",
+            "When the newest message a worker started from each RabbitMQ queue was published.",
+            ["queue"],
+            multiprocess_mode="max",
             registry=registry,
         ),
         "heartbeat": Gauge(

@@ -4,7 +4,7 @@ Started by the `dramatiq` CLI (``Metrics.forks``) in a process of its own, kept 
 imports neither Dramatiq nor the actors. It serves the samples the worker processes write in
 prometheus-client's multiprocess directory, counts the worker processes whose heartbeat is recent,
 and samples the depth of every queue the workers listed (``queues.json``) from RabbitMQ on an interval,
-never per message.
+never per message, with a bound on the age of each queue's oldest message (for autoscalers).
 """
 
 from __future__ import annotations
@@ -35,13 +35,21 @@ HEARTBEATS_BEFORE_DEAD = 3
 
 
 class QueueDepths(Collector):
-    """``pipelines_queue_depth`` and ``pipelines_dead_letter_depth``, sampled on an interval."""
+    """``pipelines_queue_depth``, ``pipelines_dead_letter_depth`` and the age of each queue's oldest message.
 
-    def __init__(self, *, url: str, listing: Path, interval_s: float) -> None:
+    RabbitMQ does not say how old a queue's oldest message is (reading it would count as a delivery),
+    so the age is bounded from what is known: the messages waiting were published after the newest one
+    a worker started from the queue, and after the queue was last seen empty. The later of the two is
+    the bound: zero for an empty queue, growing while nobody consumes — what an autoscaler needs.
+    """
+
+    def __init__(self, *, url: str, listing: Path, interval_s: float, samples: Collector | None = None) -> None:
         self.url = url
         self.listing = listing
         self.interval_s = interval_s
+        self.samples = samples
         self.depths: dict[str, tuple[str, int]] = {}
+        self.nonempty_since: dict[str, float] = {}
         self._channel: Any = None
 
     def _depth(self, queue: str) -> int | None:
@@ -66,6 +74,10 @@ class QueueDepths(Collector):
                 continue
             if count is not None:
                 self.depths[queue["name"]] = (queue["role"], count)
+                if count == 0:
+                    self.nonempty_since.pop(queue["name"], None)
+                else:
+                    self.nonempty_since.setdefault(queue["name"], time.time())
 
     def run(self) -> None:
         while True:
@@ -75,10 +87,31 @@ class QueueDepths(Collector):
     def collect(self) -> Iterator[Metric]:
         ready = GaugeMetricFamily("pipelines_queue_depth", "Messages ready in each actor queue.", labels=["queue"])
         dead = GaugeMetricFamily("pipelines_dead_letter_depth", "Messages in each dead-letter queue.", labels=["queue"])
+        age = GaugeMetricFamily(
+            "pipelines_queue_oldest_message_age_seconds",
+            "Upper bound of the age of each actor queue's oldest ready message (0 when empty).",
+            labels=["queue"],
+        )
+        heads = self._heads()
+        now = time.time()
         for name, (role, count) in sorted(self.depths.items()):
             (dead if role == "dead-letter" else ready).add_metric([name], count)
+            if role != "dead-letter":
+                since = max(heads.get(name, 0.0), self.nonempty_since.get(name, now))
+                age.add_metric([name], max(0.0, now - since) if count else 0.0)
         yield ready
         yield dead
+        yield age
+
+    def _heads(self) -> dict[str, float]:
+        if self.samples is None:
+            return {}
+        return {
+            sample.labels["queue"]: sample.value
+            for metric in self.samples.collect()
+            if metric.name == "pipelines_queue_head_published_timestamp_seconds"
+            for sample in metric.samples
+        }
 
 
 class LiveWorkers(Collector):
@@ -112,7 +145,10 @@ def serve() -> int:
     samples = MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     registry.register(LiveWorkers(samples, settings.metrics.heartbeat_interval_s))
     depths = QueueDepths(
-        url=settings.broker.url, listing=directory / QUEUES_FILE, interval_s=settings.metrics.queue_sample_interval_s
+        url=settings.broker.url,
+        listing=directory / QUEUES_FILE,
+        interval_s=settings.metrics.queue_sample_interval_s,
+        samples=samples,
     )
     registry.register(depths)
     threading.Thread(target=depths.run, name="pipelines-queue-depths", daemon=True).start()

@@ -96,12 +96,15 @@ def test_drops_and_partition_lag_are_counted(
     def feed(user: str) -> None: ...
 
     start_worker(app)
-    ping.send(1)
+    sent_ping = ping.send(1)
     sent = [feed.send(user) for user in ("ada", "bob", "cy")]
     observer.wait_handled("feed", 3)
     observer.wait_dead_lettered("ping", 1)
 
     partitions = [str(m.options["partition"]) for m in sent]
+    ping_queue = app.broker.topology.actor_queues["ping"]
+    head = value(registry, "pipelines_queue_head_published_timestamp_seconds", queue=ping_queue)
+    assert head == pytest.approx(sent_ping.message_timestamp / 1000)
     assert value(registry, "pipelines_messages_dropped_total", queue="default", actor="ping") == 1
     assert value(registry, "pipelines_messages_dead_lettered_total", queue="default", actor="ping") == 0
     for partition in set(partitions):
