@@ -346,3 +346,15 @@ def test_the_two_workers_serve_every_queue_of_the_actors_once(services: dict[str
     assert long_running == {"long_running"}
     assert general | long_running == set(declared)
     assert general.isdisjoint(long_running)
+
+
+@pytest.mark.parametrize("worker", ["worker", "worker-long"])
+def test_compose_waits_longer_than_the_workers_shutdown_timeout(
+    services: dict[str, dict[str, Any]], worker: str
+) -> None:
+    words = str(services[worker]["command"]).split()
+    timeout_ms = int(words[words.index("--worker-shutdown-timeout") + 1])
+    grace = str(services[worker]["stop_grace_period"])
+
+    assert grace.endswith("s")
+    assert int(grace.removesuffix("s")) * 1000 > timeout_ms

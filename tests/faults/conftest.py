@@ -42,12 +42,12 @@ class Workers:
         self.process: subprocess.Popen[bytes] | None = None
         self.kills = 0
 
-    def start(self, *, threads: int = 8, module: str = "fault_worker") -> None:
+    def start(self, *, threads: int = 8, module: str = "fault_worker", extra: tuple[str, ...] = ()) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [
                     *(str(Path(sys.executable).parent / "dramatiq"), module, "--path", str(FAULTS)),
-                    *("--processes", "1", "--threads", str(threads)),
+                    *("--processes", "1", "--threads", str(threads), *extra),
                 ],
                 env=self.env,
                 cwd=ROOT,
@@ -63,13 +63,23 @@ class Workers:
         self.process.wait(timeout=30)
         self.kills += 1
 
+    def terminate(self, timeout_s: float = 120) -> int:
+        """SIGTERM to the main process, as an orchestrator stopping the worker does; returns the exit status.
+
+        Only the main process: it forwards the signal to its worker processes, and a worker process
+        that gets a second SIGTERM (one from the group, one forwarded) stops at once instead of gracefully.
+        """
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout_s)
+
     def died(self) -> bool:
         return self.process is not None and self.process.poll() is not None
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:

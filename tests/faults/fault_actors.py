@@ -81,6 +81,12 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         ledger.executed("gather", chord_id)
         ledger.apply("gather", chord_id, ",".join(map(str, results)))
 
+    @dramatiq.actor(broker=broker, idempotency_key=lambda item, **_: f"slow-{item}", timeout_s=30, max_retries=5)
+    def slow(item: str, seconds: float) -> None:
+        ledger.executed("slow", item)
+        time.sleep(seconds)
+        ledger.apply("slow", item)
+
     @dramatiq.actor(broker=broker)
     def poison() -> None:
         os.kill(os.getpid(), 9)  # crashes its worker every time it is delivered
@@ -106,6 +112,7 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         "member": member,
         "gather": gather,
         "poison": poison,
+        "slow": slow,
         "timeline": timeline,
         "transcode": transcode,
     }
