@@ -115,3 +115,12 @@ def test_every_log_line_written_while_a_message_runs_carries_its_ids(captured_js
     )
     assert during["message"] == "charging amqp://guest:***@rabbit/"
     assert "correlation_id" not in after
+
+
+def test_pikas_connection_chatter_is_left_out_but_its_warnings_are_not(captured_json_logs: io.StringIO) -> None:
+    pika_logger = logging.getLogger("pika.connection")
+    pika_logger.info("Closing connection (200): 'Normal shutdown'")
+    pika_logger.warning("Connection lost")
+
+    lines = [json.loads(line) for line in captured_json_logs.getvalue().splitlines()]
+    assert [line["message"] for line in lines if line["logger"] == "pika.connection"] == ["Connection lost"]
