@@ -22,6 +22,7 @@ from pipelines.config import Settings, load_settings
 from pipelines.context import correlation, current_correlation_id
 from pipelines.dlq import DeadLetter, DeadLetterQueues
 from pipelines.errors import (
+    BrokerAccessRefused,
     BrokerUnavailable,
     Cancelled,
     CannotReplay,
@@ -56,6 +57,7 @@ __all__ = [
     "HIGH_PRIORITY",
     "LOW_PRIORITY",
     "App",
+    "BrokerAccessRefused",
     "BrokerUnavailable",
     "Cancelled",
     "CannotReplay",

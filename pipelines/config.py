@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+import pika
+import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
@@ -46,6 +48,31 @@ def _check_url(url: str, schemes: tuple[str, ...]) -> str:
         parts.port  # noqa: B018 - parsing the port is the check
     except ValueError:
         raise ValueError("expected a URL whose port is a number") from None
+    return url
+
+
+def _check_amqp_url(url: str) -> str:
+    """The URL as pika reads it: a bad query parameter is a config error, not a traceback at connect."""
+    if _check_url(url, ("amqp", "amqps", "memory")).startswith("memory://"):
+        return url
+    try:
+        pika.URLParameters(url)
+    except (ValueError, TypeError, SyntaxError) as e:
+        raise ValueError(f"expected a RabbitMQ URL that pika accepts ({mask_text(str(e))})") from None
+    return url
+
+
+def _check_redis_url(url: str) -> str:
+    """The URL as redis-py reads it, with the database a number (redis-py would quietly use 0)."""
+    if _check_url(url, ("redis", "rediss", "memory")).startswith("memory://"):
+        return url
+    database = urlsplit(url).path.strip("/")
+    if database and not database.isdigit():
+        raise ValueError("expected the database as a number after the host, like redis://host:6379/0")
+    try:
+        redis.ConnectionPool.from_url(url).make_connection()  # builds the connection, does not connect
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"expected a Redis URL that redis-py accepts ({mask_text(str(e))})") from None
     return url
 
 
@@ -88,7 +115,7 @@ class BrokerConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return _check_url(url, ("amqp", "amqps", "memory"))
+        return _check_amqp_url(url)
 
     @field_validator("delay_tiers_s")
     @classmethod
@@ -114,7 +141,7 @@ class StoreConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return _check_url(url, ("redis", "rediss", "memory"))
+        return _check_redis_url(url)
 
     @property
     def is_memory(self) -> bool:
@@ -289,9 +316,15 @@ class Settings(BaseSettings):
 _SECRET_QUERY_KEYS = frozenset({"password", "pass", "secret", "token"})
 
 
+#: ``user:password@`` anywhere, for what does not parse as a URL (a scheme typo such as ``amqp//``).
+_USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]*):(?P<password>[^\s/@'\"]+)@")
+
+
 def mask_url(url: str) -> str:
     """Hide the password of a URL (in its user info or a ``password=`` query) so it can be printed."""
     parts = urlsplit(url)
+    if not parts.netloc:
+        return _USERINFO.sub(r"\g<user>:***@", url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
     netloc = parts.netloc
     if at and ":" in userinfo:
@@ -310,7 +343,9 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 def mask_text(text: str) -> str:
     """``text`` with every URL in it masked (log lines, error messages)."""
-    return _URL_IN_TEXT.sub(lambda match: mask_url(match.group(0)), text) if "://" in text else text
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(lambda match: mask_url(match.group(0)), text)
+    return _USERINFO.sub(r"\g<user>:***@", text) if "@" in text else text
 
 
 def mask_secrets(value: Any) -> Any:

@@ -8,10 +8,12 @@ PipelinesError
 │   └── UnknownPipeline    `run NAME` names no registered pipeline
 ├── ServiceUnavailable     a service does not answer
 │   ├── BrokerUnavailable  RabbitMQ
+│   │   └── BrokerAccessRefused  it refused the user, password or virtual host
 │   └── StoreUnavailable   the run store (Redis)
 ├── PublishError           RabbitMQ did not take a message
 │   ├── Unroutable         no queue is bound for its routing key
-│   └── MessageTooLarge    its body is over broker.max_message_bytes
+│   ├── MessageTooLarge    its body is over broker.max_message_bytes
+│   └── QueueFull          a queue at its max_length refused it
 ├── ResultTooLarge         a step returned more than store.max_result_bytes
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
@@ -61,6 +63,10 @@ class ServiceUnavailable(PipelinesError):
 
 class BrokerUnavailable(ServiceUnavailable):
     """RabbitMQ does not answer (or dropped the connection and did not come back)."""
+
+
+class BrokerAccessRefused(BrokerUnavailable):
+    """RabbitMQ refused the login (user, password or virtual host): trying again will not help."""
 
 
 class StoreUnavailable(ServiceUnavailable):

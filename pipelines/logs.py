@@ -61,8 +61,10 @@ def install(format: Literal["json", "text"], level: str) -> None:
     if not root.handlers:
         logging.basicConfig()
     root.setLevel(level)
-    # pika logs every connection and channel open and close at INFO; its warnings and errors still show.
-    logging.getLogger("pika").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    # pika logs every connection and channel open and close at INFO: keep it at WARNING at least (the
+    # `dramatiq` CLI already sets CRITICAL in its workers, where our own errors say what went wrong).
+    pika_logger = logging.getLogger("pika")
+    pika_logger.setLevel(max(logging.WARNING, logging.getLevelName(level), pika_logger.level))
     formatter = JsonFormatter() if format == "json" else logging.Formatter(TEXT_FORMAT)
     for handler in root.handlers:
         if not any(isinstance(f, MessageContextFilter) for f in handler.filters):

@@ -207,6 +207,38 @@ def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) ->
     assert "RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F does not answer" in result.stderr
 
 
+WRONG_PASSWORD_URL = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:Wrong-Pass-7@", AMQP_URL)
+
+
+def test_a_refused_login_says_what_to_check_and_never_shows_the_password(services: None) -> None:
+    env = environment(f"t-{uuid.uuid4().hex[:10]}", PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
+
+    result = pipelines(env, "publish", "order.placed", '{"order_id": 1}')
+
+    assert result.returncode == 1
+    assert "refused the connection" in result.stderr
+    assert "Check the user name, password and virtual host in broker.url" in result.stderr
+    assert "Wrong-Pass-7" not in result.stderr
+
+
+def test_a_worker_whose_login_is_refused_exits_at_boot_instead_of_retrying_forever(services: None) -> None:
+    env = environment(f"t-{uuid.uuid4().hex[:10]}", PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
+
+    worker = subprocess.run(
+        [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "1"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+    assert worker.returncode == 3  # the dramatiq CLI's "broker connection failed"
+    assert "refused the connection" in worker.stderr
+    assert "Wrong-Pass-7" not in worker.stderr
+
+
 def wait_for_dead_letter(env: dict[str, str], queue: str) -> str:
     """The id of the first dead letter of ``queue``, once the worker has dead-lettered it."""
     deadline = time.monotonic() + TIMEOUT_S

@@ -28,6 +28,13 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     OSError,
 )
 
+#: What RabbitMQ answers to a wrong user, password or virtual host: trying again will not help.
+REFUSED_LOGIN: tuple[type[Exception], ...] = (
+    pika.exceptions.ProbableAuthenticationError,
+    pika.exceptions.ProbableAccessDeniedError,
+    pika.exceptions.AuthenticationError,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -21,11 +22,12 @@ from functools import partial
 from typing import Any, TypeVar
 
 import dramatiq
+import orjson
 import pika
 import pika.exceptions
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.common import current_millis
-from dramatiq.errors import ConnectionClosed
+from dramatiq.errors import BrokerConnectionError, ConnectionClosed, ConnectionFailed
 
 from pipelines import naming
 from pipelines import options as opt
@@ -36,12 +38,20 @@ from pipelines.broker.common import (
     event_message,
     validate_actor,
 )
-from pipelines.broker.publisher import CONNECTION_ERRORS, BatchInterrupted, ConfirmPublisher, Outgoing, Refused
+from pipelines.broker.publisher import (
+    CONNECTION_ERRORS,
+    REFUSED_LOGIN,
+    BatchInterrupted,
+    ConfirmPublisher,
+    Outgoing,
+    Refused,
+)
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
 from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter, now_iso, reason_for
 from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, UnresolvableMessage, resolve
 from pipelines.errors import (
+    BrokerAccessRefused,
     BrokerUnavailable,
     DefinitionError,
     MessageTooLarge,
@@ -64,6 +74,8 @@ MAX_PUBLISH_ATTEMPTS = 3
 PRECONDITION_FAILED = 406
 #: How many times declarations are retried on a fresh connection.
 MAX_DECLARE_ATTEMPTS = 2
+#: Longest message id taken from a body for a dead letter that came without one.
+MAX_LETTER_ID_CHARS = 200
 
 
 class ExchangeBroker(HookDispatch, RabbitmqBroker):
@@ -116,6 +128,21 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def topology(self) -> Topology:
         """Everything this broker declares, for the actors declared so far."""
         return self._topology.get(self.actors)
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        if signal == "worker_boot":
+            self._check_access()
+        super().emit_before(signal, *args, **kwargs)
+
+    def _check_access(self) -> None:
+        """A worker whose login RabbitMQ refuses stops at boot with the reason (the ``dramatiq`` CLI
+        exits with status 3); one that cannot reach RabbitMQ yet starts, and its consumers keep trying."""
+        try:
+            self.ensure_topology()
+        except BrokerAccessRefused as e:
+            raise BrokerConnectionError(str(e)) from None  # type: ignore[no-untyped-call]
+        except BrokerUnavailable as e:
+            logger.warning("%s The worker keeps trying.", e)
 
     def ensure_topology(self) -> None:
         """Declare whatever of the topology this broker has not declared yet (idempotent)."""
@@ -201,8 +228,15 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             publisher.close()
 
     def _unavailable(self, error: BaseException) -> BrokerUnavailable:
+        where = f"RabbitMQ at {mask_url(self.config.url)}"
+        cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if isinstance(error, REFUSED_LOGIN):
+            return BrokerAccessRefused(
+                f"{where} refused the connection ({cause}). Check the user name, "
+                "password and virtual host in broker.url (or PIPELINES_BROKER__URL), and the user's permissions."
+            )
         return BrokerUnavailable(
-            f"RabbitMQ at {mask_url(self.config.url)} does not answer ({type(error).__name__}: {error}). "
+            f"{where} does not answer ({cause}). "
             "Is it running? Try `docker compose up -d rabbitmq`, or set broker.url in config.toml."
         )
 
@@ -342,7 +376,10 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     # -- consuming -----------------------------------------------------------------------------
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> dramatiq.broker.Consumer:
-        self.ensure_topology()
+        try:
+            self.ensure_topology()
+        except BrokerUnavailable as e:
+            raise ConnectionFailed(str(e)) from None  # type: ignore[no-untyped-call]  # one line, then a retry
         topology = self.topology
         queues = {
             queue: actor.actor_name
@@ -494,6 +531,19 @@ class _Delivery(dramatiq.broker.MessageProxy):
         """Acknowledged already (a long-running job, on start): later settlements send nothing."""
 
 
+def _letter_id(body: bytes) -> str:
+    """An id for a dead letter published without one: the body's ``message_id`` if it has a usable
+    one, else a new one (so that ``dlq show``/``replay``/``purge`` can name every letter)."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        decoded = None
+    found = decoded.get("message_id") if isinstance(decoded, dict) else None
+    if isinstance(found, str) and 0 < len(found) <= MAX_LETTER_ID_CHARS and found.isprintable():
+        return found
+    return f"unnamed-{uuid.uuid4().hex}"
+
+
 class _GroupConsumer(dramatiq.broker.Consumer):
     """Consumes every actor queue of one Dramatiq queue name on one channel."""
 
@@ -530,7 +580,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         except CONNECTION_ERRORS as e:
             if getattr(e, "reply_code", None) == 404:
                 broker.forget_declarations()
-            raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
+            raise ConnectionClosed(str(broker._unavailable(e))) from None  # type: ignore[no-untyped-call]
 
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
         self._ready.append((method, properties, body))
@@ -561,9 +611,8 @@ class _GroupConsumer(dramatiq.broker.Consumer):
                 routing_key=method.routing_key,
                 at=now_iso(),
             )
-            self._dead_letter(
-                method.delivery_tag, body, getattr(properties, "message_id", None) or "", reason, self._home(actor)
-            )
+            message_id = getattr(properties, "message_id", None) or _letter_id(body)
+            self._dead_letter(method.delivery_tag, body, message_id, reason, self._home(actor))
             return None
         eta = message.options.get(opt.ETA)
         if eta is not None:

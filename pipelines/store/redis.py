@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import orjson
 import redis
@@ -92,6 +93,18 @@ class RedisRunStore:
     def _answering(self) -> Iterator[None]:
         try:
             yield
+        except redis.AuthenticationError as e:
+            raise StoreUnavailable(
+                f"Redis at {mask_url(self._url)} refused the login ({e}). Check the user name and password "
+                "in store.url (or PIPELINES_STORE__URL)."
+            ) from None
+        except redis.ResponseError as e:
+            if "DB index" not in str(e):
+                raise
+            raise StoreUnavailable(
+                f"Redis at {mask_url(self._url)} has no database {urlsplit(self._url).path.strip('/')} ({e}). "
+                "Use a database number the server has (0-15 by default) in store.url."
+            ) from None
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise StoreUnavailable(
                 f"Redis at {mask_url(self._url)} does not answer ({e}). Is it running? "

@@ -252,6 +252,45 @@ def test_a_url_with_a_non_numeric_port_gives_a_config_error_or_masked_settings(t
     assert SECRET not in shown
 
 
+@pytest.mark.parametrize(
+    ("variable", "url", "expected"),
+    [
+        ("PIPELINES_BROKER__URL", f"amqp//guest:{SECRET}@rabbit:5672/%2F", "broker.url = 'amqp//guest:***@rabbit"),
+        ("PIPELINES_STORE__URL", f"redis//:{SECRET}@cache/0", "store.url = 'redis//:***@cache/0'"),
+    ],
+    ids=["broker-scheme-typo", "store-scheme-typo"],
+)
+def test_a_url_with_a_typo_in_its_scheme_is_reported_without_its_password(
+    monkeypatch: pytest.MonkeyPatch, variable: str, url: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert SECRET not in str(raised.value)
+    assert expected in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "url", "expected"),
+    [
+        ("PIPELINES_BROKER__URL", f"amqp://guest:{SECRET}@rabbit/%2F?heartbeat=abc", "Invalid heartbeat value 'abc'"),
+        ("PIPELINES_BROKER__URL", "amqp://rabbit/%2F?bogus=1", "Unknown URL parameter: 'bogus'"),
+        ("PIPELINES_STORE__URL", "redis://cache:6379/notadb", "the database as a number"),
+        ("PIPELINES_STORE__URL", f"redis://:{SECRET}@cache/0?socket_timeout=abc", "'socket_timeout'"),
+        ("PIPELINES_STORE__URL", "redis://cache/0?bogus=1", "'bogus'"),
+    ],
+    ids=["amqp-bad-heartbeat", "amqp-unknown-parameter", "redis-db-not-a-number", "redis-bad-timeout", "redis-unknown"],
+)
+def test_a_url_the_client_library_would_refuse_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, variable: str, url: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(ConfigError, match=variable) as raised:
+        load_settings()
+    assert expected in str(raised.value)
+    assert SECRET not in str(raised.value)
+
+
 def test_with_overrides_returns_a_validated_copy() -> None:
     settings = load_settings()
     changed = settings.with_overrides(broker={"prefetch": 16, "queue_type": "classic"})

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import dramatiq
+import orjson
 import pika
 import pytest
 
@@ -159,3 +160,30 @@ def test_a_malformed_dead_letter_is_shown_but_not_replayed(make_app: Any, start_
     with pytest.raises(CannotReplay, match="is not a valid message"):
         app.dead_letters.replay("junk-1")
     assert json.loads(json.dumps(letter.reason.__dict__))["actor"] == "echo"
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_a_message_published_without_an_id_gets_one_as_a_dead_letter(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    app = make_app()
+    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    app.broker.ensure_topology()
+    queue = app.broker.topology.actor_queues["echo"]
+    stray = {"queue_name": "default", "actor_name": "no_such_actor", "args": [], "kwargs": {}, "options": {}}
+    with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
+        channel = connection.channel()
+        for body in (b"{not json", b"\xff\xfe", orjson.dumps({**stray, "message_id": "stray-7"})):
+            channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))  # no message_id
+    observer = observe(app)
+    start_worker(app)
+    app.broker.enqueue(app.broker.get_actor("echo").message(1))
+    observer.wait_handled("echo", 1)
+
+    ids = [letter.id for letter in app.dead_letters.list()]
+    assert len(ids) == len(set(ids)) == 3
+    assert "stray-7" in ids  # the id the body carries
+    assert all(letter_id for letter_id in ids)
+    for letter_id in ids:
+        assert app.dead_letters.show(letter_id).id == letter_id
+    assert app.dead_letters.purge() == 3

@@ -188,6 +188,14 @@ def test_an_unreachable_rabbitmq_or_redis_gives_an_error_naming_it_with_the_pass
     assert "s3cret" not in str(store.value) + str(rmq.value)
 
 
+def test_a_redis_database_the_server_does_not_have_is_named_not_a_traceback(backend: str) -> None:
+    settings = Settings.model_validate({"namespace": "nodb", "store": {"url": "redis://127.0.0.1:6379/999"}})
+    store = build_app(settings).store
+
+    with pytest.raises(StoreUnavailable, match=r"Redis at redis://127.0.0.1:6379/999 has no database 999"):
+        store.get_run("any")
+
+
 def test_an_amqps_url_turns_on_tls(backend: str) -> None:
     settings = Settings.model_validate(
         {"namespace": "tls", "broker": {"url": "amqps://user:pw@rabbit.example:5671/%2F"}}
