@@ -38,8 +38,13 @@ def environment(namespace: str, **extra: str) -> dict[str, str]:
 
 
 def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return installed(env, "pipelines", *args)
+
+
+def installed(env: dict[str, str], program: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run one of the virtualenv's console scripts to its end."""
     return subprocess.run(
-        [str(BIN / "pipelines"), *args],
+        [str(BIN / program), *args],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -224,15 +229,7 @@ def test_a_refused_login_says_what_to_check_and_never_shows_the_password(service
 def test_a_worker_whose_login_is_refused_exits_at_boot_instead_of_retrying_forever(services: None) -> None:
     env = environment(f"t-{uuid.uuid4().hex[:10]}", PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
 
-    worker = subprocess.run(
-        [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "1"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    worker = installed(env, "dramatiq", "actors", "--processes", "1", "--threads", "1")
 
     assert worker.returncode == 3  # the dramatiq CLI's "broker connection failed"
     assert "refused the connection" in worker.stderr
