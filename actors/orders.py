@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import dramatiq
+from pydantic import BaseModel
 
 import pipelines
 
@@ -57,14 +58,18 @@ def complete_order(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     return record
 
 
-@dramatiq.actor(queue_name="orders", subscribe=["order.placed"])
-def start_fulfilment(order: dict[str, Any]) -> None:
+class OrderPlaced(BaseModel):
+    """The ``order.placed`` event: an event that does not fit is dead-lettered at once, not retried."""
+
+    order_id: int
+    total: float
+
+
+@dramatiq.actor(queue_name="orders", subscribe=["order.placed"], payload=OrderPlaced)
+def start_fulfilment(order: OrderPlaced) -> None:
     """Start the fulfilment pipeline for a placed order, once per order id."""
     pipelines.current_app().run(
-        "order_fulfilment",
-        idempotency_key=f"order-{order['order_id']}",
-        order_id=order["order_id"],
-        total=order["total"],
+        "order_fulfilment", idempotency_key=f"order-{order.order_id}", order_id=order.order_id, total=order.total
     )
 
 

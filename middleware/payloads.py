@@ -2,10 +2,11 @@
 
 Runs before anything reads a message's arguments (idempotency keys, ordering keys). The message itself
 keeps its wire form, so a retry or a dead letter stays sealed and versioned; only what the actor is
-called with changes. A value that does not authenticate, or a payload that does not validate, is
+called with changes. A value that does not authenticate, a payload that does not validate, or
+arguments the actor's function cannot take (calling it would raise TypeError on every retry) are
 dead-lettered with the reason and never retried; a payload of a newer schema version than this
-worker's is put off until an upgraded worker takes it. See ``pipelines.sealing`` and
-``pipelines.payloads``.
+worker's is put off until an upgraded worker takes it. Pipeline steps are left to the run: their
+arguments were checked when it started. See ``pipelines.sealing`` and ``pipelines.payloads``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from dramatiq.middleware import Middleware, SkipMessage
 from middleware.deferral import put_off
 from pipelines import options as opt
 from pipelines.dead_letters import fail_message
-from pipelines.payloads import InvalidPayload, NewerPayload, check_declaration, payload_model
+from pipelines.payloads import (
+    InvalidArguments,
+    InvalidPayload,
+    NewerPayload,
+    check_arguments,
+    check_declaration,
+    payload_model,
+)
 from pipelines.payloads import from_wire as payload_from_wire
 from pipelines.sealing import Sealer, Unsealable, has_sealed
 
@@ -48,14 +56,19 @@ class Payloads(Middleware):
         sealed = self.sealer is not None and (
             opt.SEALED in message.options or has_sealed([message.args, message.kwargs])
         )
-        if not sealed and payload_model(actor) is None:
-            return
+        typed = payload_model(actor) is not None
         try:
+            if not sealed and not typed:
+                if opt.STEP not in message.options:
+                    check_arguments(actor, message.args, message.kwargs)
+                return
             args, kwargs = (
                 self.sealer.open_message(message) if sealed and self.sealer else (message.args, message.kwargs)
             )
-            if payload_model(actor) is not None:
+            if typed:
                 args, kwargs = (payload_from_wire(actor, args, message.options.get(opt.SCHEMA_VERSION)),), {}
+            elif opt.STEP not in message.options:
+                check_arguments(actor, args, kwargs)
         except Unsealable as e:
             logger.error("Dead-lettering %s of %s: %s", message.message_id, message.actor_name, e)
             fail_message(message, "undecryptable", e)
@@ -66,6 +79,10 @@ class Payloads(Middleware):
         except InvalidPayload as e:
             logger.error("Dead-lettering %s: %s", message.message_id, e)
             fail_message(message, "invalid payload", e)
+            raise SkipMessage from None
+        except InvalidArguments as e:
+            logger.error("Dead-lettering %s: %s", message.message_id, e)
+            fail_message(message, "invalid arguments", e)
             raise SkipMessage from None
         # The proxy's own attributes shadow its message's: the actor gets these, the wire form stays.
         setattr(message, "args", args)  # noqa: B010

@@ -6,6 +6,7 @@ user's process can switch this wire format to pickle by accident.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import dramatiq
@@ -13,6 +14,7 @@ import orjson
 from pydantic import BaseModel
 
 from pipelines.errors import DefinitionError
+from pipelines.options import BRANCHES, EVENT_TOPIC
 
 _FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp")
 
@@ -35,7 +37,7 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
         DefinitionError: When an argument or option is not JSON-serializable, naming the actor.
     """
     try:
-        return orjson.dumps(
+        body = orjson.dumps(
             {
                 "queue_name": message.queue_name,
                 "actor_name": message.actor_name,
@@ -49,9 +51,33 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
         )
     except TypeError as e:
         raise DefinitionError(
-            f"A message for actor {message.actor_name or '(fan-out)'!r} has arguments that are not JSON: {e}. "
+            f"A message for {_target(message)} has arguments that are not JSON: {e}. "
             "Pass ids and plain values (str, int, float, bool, None, lists, dicts)."
         ) from None
+    # orjson writes NaN and infinities as null: look for them only when a null is there at all.
+    if b"null" in body and _has_non_finite((message.args, message.kwargs)):
+        raise DefinitionError(
+            f"A message for {_target(message)} has a NaN or infinite number in its arguments, which JSON "
+            "cannot carry (it would arrive as None). Send a finite number, or None on purpose."
+        )
+    return body
+
+
+def _target(message: dramatiq.Message[Any]) -> str:
+    if message.actor_name:
+        return f"actor {message.actor_name!r}"
+    topic = message.options.get(EVENT_TOPIC)
+    return f"event {topic!r}" if topic else f"the fan-out to {', '.join(message.options.get(BRANCHES) or ())}"
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(item) for item in value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(item) for item in value.values())
+    return False
 
 
 def decode_message(body: bytes) -> dramatiq.Message[Any]:

@@ -5,7 +5,8 @@ In order, for each message to an actor:
 1. a fan-out branch whose actor treats its messages specially (ordered, typed, encrypting or
    rate-limited) leaves the shared body as a message of its own;
 2. a typed payload is validated and becomes the model's JSON with its schema version
-   (``pipelines.payloads``);
+   (``pipelines.payloads``), other arguments are bound to the actor's signature; an event is validated
+   against every typed subscriber known here;
 3. an ordered actor's message gets the partition of its key (``pipelines.profiles``);
 4. what the actor marks secret is sealed (``pipelines.sealing``);
 5. a rate-limited actor's message gets the delay of its reserved slot (``pipelines.rate_limits``).
@@ -24,10 +25,10 @@ import dramatiq
 from pipelines import options as opt
 from pipelines.delivery import resolve
 from pipelines.errors import MessageTooLarge
-from pipelines.payloads import payload_model, to_wire
+from pipelines.payloads import check_arguments, payload_model, to_wire
 from pipelines.profiles import ordering_key, partition_for
 from pipelines.rate_limits import RateLimiter, parse_rate
-from pipelines.routing import route_of
+from pipelines.routing import route_of, topic_matches
 from pipelines.sealing import Sealer, encrypts, has_sealed
 
 logger = logging.getLogger(__name__)
@@ -67,12 +68,17 @@ class Outbound:
     def _prepare_one(self, actors: Actors, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
         actor = actors.get(message.actor_name) if message.actor_name else None
         if actor is None:
+            topic = message.options.get(opt.EVENT_TOPIC)
+            if topic is not None:
+                _check_event(actors, topic, message)
             return message
         # A retry or a replay is on the wire already (versioned, partitioned, sealed): leave it be. Sealed
         # input (an encrypting step's result) cannot be read here: the worker validates it.
         typed = payload_model(actor) is not None and opt.SCHEMA_VERSION not in message.options
         if typed and not has_sealed([message.args, message.kwargs]):
             message = to_wire(actor, message)
+        elif _first_send(message) and payload_model(actor) is None:
+            check_arguments(actor, message.args, message.kwargs)
         if actor.options.get(opt.PROFILE) == "ordered" and opt.PARTITION not in message.options:
             partition = partition_for(ordering_key(actor, message), int(actor.options[opt.PARTITIONS]))
             message = message.copy(options={opt.PARTITION: partition})
@@ -114,6 +120,22 @@ class Outbound:
         if target not in self._warned:  # once per target and process: a warning, not a flood
             self._warned.add(target)
             logger.warning("%s", advice)
+
+
+def _first_send(message: dramatiq.Message[Any]) -> bool:
+    """Neither a pipeline step (its run checked every step's arguments when it started), nor a retry or
+    a replay, nor sealed (its arguments travel in the seal)."""
+    options = message.options
+    return opt.STEP not in options and not options.get(opt.RETRIES) and opt.SEALED not in options
+
+
+def _check_event(actors: Actors, topic: str, message: dramatiq.Message[Any]) -> None:
+    """An event's payload validated against every typed subscriber this process knows (raises InvalidPayload)."""
+    for actor in actors.values():
+        if payload_model(actor) is not None and any(
+            topic_matches(pattern, topic) for pattern in actor.options.get(opt.SUBSCRIBE, ())
+        ):
+            to_wire(actor, message)
 
 
 def _needs_own_message(actor: dramatiq.Actor[Any, Any] | None) -> bool:

@@ -27,6 +27,10 @@ class InvalidPayload(DefinitionError):
     """A message's arguments do not fit its actor's payload model; the message has pydantic's errors."""
 
 
+class InvalidArguments(DefinitionError):
+    """A message's arguments do not fit its actor's signature (too many, too few, an unknown keyword)."""
+
+
 class NewerPayload(DefinitionError):
     """A message was sent with a newer schema version than this worker's actor knows."""
 
@@ -70,6 +74,25 @@ def check_declaration(actor: dramatiq.Actor[Any, Any]) -> None:
     missing = [v for v in range(oldest, version) if v not in upgrades]
     if missing:
         raise InvalidActorOption(f"Actor {name!r}: upgrades has no function for version(s) {missing}.")
+
+
+_signatures: dict[Callable[..., Any], inspect.Signature] = {}
+
+
+def check_arguments(actor: dramatiq.Actor[Any, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Refuse arguments the actor's function cannot be called with: calling it would only raise
+    TypeError, and retrying would raise it again.
+
+    Raises:
+        InvalidArguments: With Python's reason.
+    """
+    signature = _signatures.get(actor.fn)
+    if signature is None:
+        signature = _signatures[actor.fn] = inspect.signature(actor.fn)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise InvalidArguments(f"Actor {actor.actor_name!r} cannot take these arguments: {e}.") from None
 
 
 def to_wire(actor: dramatiq.Actor[Any, Any], message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:

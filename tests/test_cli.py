@@ -184,6 +184,7 @@ def test_config_prints_the_effective_values_with_the_password_masked(services: N
         ({}, ["run", "no_such_pipeline"], "No pipeline is registered as 'no_such_pipeline'"),
         ({}, ["run", "order_fulfilment", "--arg", "colour=red"], "Arguments do not fit step 0.0 (charge_payment)"),
         ({}, ["publish", "order.placed", "{not json"], "The payload is not JSON"),
+        ({}, ["publish", "order.placed", '{"order_id": 1}'], "Payload of actor 'start_fulfilment' is invalid"),
         ({}, ["status", "no-such-run"], "No run no-such-run in the run store"),
     ],
 )

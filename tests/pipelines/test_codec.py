@@ -140,12 +140,30 @@ def test_keyword_arguments_that_are_not_json_are_a_definition_error_naming_the_a
         encode_message(message)
 
 
-def test_a_fan_out_with_arguments_that_are_not_json_is_named_as_a_fan_out() -> None:
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({opt.BRANCHES: {"ship": {}, "email": {}}}, "the fan-out to ship, email"),
+        ({opt.EVENT_TOPIC: "order.placed"}, "event 'order.placed'"),
+    ],
+    ids=["fan-out", "event"],
+)
+def test_a_message_without_an_actor_is_named_by_what_it_is(options: dict[str, Any], named: str) -> None:
     message: dramatiq.Message[Any] = dramatiq.Message(
-        queue_name="", actor_name="", args=({1, 2},), kwargs={}, options={}
+        queue_name="", actor_name="", args=({1, 2},), kwargs={}, options=options
     )
-    with pytest.raises(DefinitionError, match=r"'\(fan-out\)'"):
+    with pytest.raises(DefinitionError, match=f"A message for {named} has arguments that are not JSON"):
         encode_message(message)
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), -float("inf")], ids=repr)
+def test_a_nan_or_infinite_argument_is_refused_not_sent_as_none(number: float) -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="q", actor_name="charge", args=(1,), kwargs={"amounts": [1.5, {"total": number}]}, options={}
+    )
+    with pytest.raises(DefinitionError, match=r"actor 'charge' has a NaN or infinite number"):
+        encode_message(message)
+    assert encode_message(message.copy(kwargs={"amounts": [1.5, {"total": None}]}))  # None on purpose is fine
 
 
 @pytest.mark.parametrize(

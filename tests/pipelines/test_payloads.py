@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from pipelines import chain, step
 from pipelines import options as opt
 from pipelines.errors import InvalidActorOption
-from pipelines.payloads import InvalidPayload
+from pipelines.payloads import InvalidArguments, InvalidPayload
 
 rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
 OLD_KEY, NEW_KEY = Fernet.generate_key().decode(), Fernet.generate_key().decode()
@@ -58,6 +58,30 @@ def test_arguments_are_validated_at_enqueue_and_travel_as_the_models_json(make_a
         charge.send_with_options(args=({"order_id": 4, "amount_cents": -1, "currency": "EUR"},))
     with pytest.raises(InvalidPayload, match=r"currency: Field required"):
         charge.send_with_options(kwargs={"order_id": 5, "amount_cents": 1})
+
+
+def test_an_event_is_checked_against_its_typed_subscribers_when_published(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    app = make_app()
+    received: list[Any] = []
+
+    @dramatiq.actor(broker=app.broker, subscribe=["order.*"], payload=ChargeV1)
+    def on_order(event: ChargeV1) -> None:
+        received.append(event)
+
+    @dramatiq.actor(broker=app.broker, subscribe=["order.#"])
+    def audit(event: dict[str, Any]) -> None: ...
+
+    with pytest.raises(InvalidPayload, match=r"Payload of actor 'on_order' is invalid: amount: Field required"):
+        app.publish("order.placed", {"order_id": 1})
+    observer = observe(app)
+    start_worker(app)
+    app.publish("order.placed", {"order_id": 2, "amount": 9.5})
+    observer.wait_handled("on_order", 1)
+    observer.wait_handled("audit", 1)
+
+    assert received == [ChargeV1(order_id=2, amount=9.5)]  # the refused event reached nobody
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
@@ -132,6 +156,30 @@ def test_a_message_that_does_not_validate_at_processing_is_dead_lettered_once_wi
     assert observer.handled == {"charge": 1}  # not retried
     assert letter.reason.reason == "invalid payload"
     assert "order_id: Input should be a valid integer" in (letter.reason.error or "")
+
+
+@rabbitmq_only  # two apps share queues only through RabbitMQ
+def test_arguments_an_actor_cannot_take_are_refused_at_send_and_dead_lettered_once_in_the_worker(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    old = make_app()  # a producer still on the old signature
+    dramatiq.actor(broker=old.broker, actor_name="resize")(lambda image, width, height: None)
+    old.broker.get_actor("resize").send("a.jpg", 64, 64)
+    new = make_app(namespace=old.settings.namespace, retries={"max_retries": 3})
+    observer = observe(new)
+
+    @dramatiq.actor(broker=new.broker)
+    def resize(image: str, size: int) -> None: ...
+
+    with pytest.raises(InvalidArguments, match=r"Actor 'resize' cannot take these arguments: too many positional"):
+        resize.send_with_options(args=("b.jpg", 64, 64))  # what a type checker would flag
+    start_worker(new)
+    observer.wait_dead_lettered("resize", 1)
+
+    [letter] = new.dead_letters.list()
+    assert observer.handled == {"resize": 1}  # not retried: it would fail the same way every time
+    assert letter.reason.reason == "invalid arguments"
+    assert "too many positional arguments" in (letter.reason.error or "")
 
 
 def test_a_message_newer_than_the_worker_waits_for_an_upgraded_worker(make_app: Any) -> None:
