@@ -103,10 +103,10 @@ class PipelineSteps(Middleware):
         if address is None:
             return
         _in_step.set(False)
-        if isinstance(exception, Cancelled):
-            return  # the run was cancelled (or the job runs again elsewhere): nothing to record
         try:
-            if exception is not None:
+            if isinstance(exception, Cancelled):
+                self.runtime.stopped(address, exception)
+            elif exception is not None:
                 self.runtime.fail(message, address, exception, final=message.failed)
             else:
                 self._complete(broker, message, address, result)

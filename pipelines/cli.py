@@ -26,6 +26,17 @@ from pipelines.store.base import RunStatus
 MAX_LISTED_STEPS = 40
 
 
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _parse_arg(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.isidentifier():
@@ -57,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--idempotency-key", help="a second start with the same key returns the first run")
     run.add_argument("--wait", action="store_true", help="wait for the run to end, showing progress")
-    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="give up waiting after this long")
+    run.add_argument(
+        "--timeout", type=_seconds, default=None, metavar="SECONDS", help="wait (as --wait) for at most this long"
+    )
 
     status = commands.add_parser("status", help="show a run and its steps", description="Show a run and its steps.")
     status.add_argument("run_id")
@@ -96,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_purge.add_argument("--yes", action="store_true", help="required: purging cannot be undone")
 
     top = commands.add_parser("top", help="a live view of queues, rates, errors and recent runs")
-    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
+    top.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
     commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
@@ -136,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(app: App, args: argparse.Namespace) -> int:
     run = app.run(args.name, idempotency_key=args.idempotency_key, **dict(args.args))
     print(run.id if run.created else f"{run.id} (already started with this idempotency key)")
-    if not args.wait:
+    if not (args.wait or args.timeout):
         return 0
     progress = _Progress()
     try:

@@ -25,7 +25,7 @@ from pipelines.broker import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id
-from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, UnknownActor
+from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, ServiceUnavailable, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
 from pipelines.plan import Frame, Leaf, compile_plan
 from pipelines.sealing import Sealer, encrypts
@@ -403,6 +403,16 @@ class Runtime:
             for next_message in messages:
                 next_message.options[opt.TRACE_LINKS] = list(advance.member_trace_parents[:MAX_TRACE_LINKS])
         broker.enqueue_many(messages)
+
+    def stopped(self, address: StepAddress, error: BaseException) -> None:
+        """A step stopped at a cancellation check: if its run was cancelled, it will not finish (shown
+        as skipped). If instead its job runs again elsewhere (a lease taken over), that attempt records it."""
+        try:
+            run = self.store.get_run(address.run_id)
+            if run is not None and run.state == "cancelled":
+                self.store.fail_step(address.run_id, address.node, f"{type(error).__name__}: {error}", final=False)
+        except ServiceUnavailable as e:  # only how the step is shown is at stake
+            logger.warning("Could not record that step %s of run %s stopped: %s", address.node, address.run_id, e)
 
     def fail(
         self, message: dramatiq.broker.MessageProxy, address: StepAddress, error: BaseException, *, final: bool

@@ -199,6 +199,17 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "args", [["top", "--interval", "-1"], ["run", "thumbnails", "--timeout", "0"], ["run", "x", "--timeout", "nan"]]
+)
+def test_a_bad_option_value_is_a_usage_error_not_a_traceback(args: list[str]) -> None:
+    result = pipelines(environment("t-bad-option"), *args)
+
+    assert result.returncode == 2
+    assert f"{args[-1]!r} is not a positive number of seconds" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) -> None:
     env = environment(
         f"t-{uuid.uuid4().hex[:10]}",

@@ -6,8 +6,9 @@ atomic script per operation, pub/sub for waiting) and :class:`~pipelines.store.m
 follow.
 
 Step states: ``pending`` → ``running`` → ``succeeded`` | ``retrying`` (→ ``running``) | ``failed``;
-``skipped`` when the run ended before the step started. Run states: ``pending`` → ``running`` →
-``succeeded`` | ``failed`` | ``cancelled``.
+``skipped`` when the run failed or was cancelled before the step ran (or while it was waiting to run
+again, or stopped it at a cancellation check). Run states: ``pending`` → ``running`` → ``succeeded`` |
+``failed`` | ``cancelled``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ from pipelines.plan import Frame
 RunState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 StepState = Literal["pending", "running", "retrying", "succeeded", "failed", "skipped"]
 FINAL_RUN_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def shown_step_state(run_state: str, step_state: StepState) -> StepState:
+    """A step of a failed or cancelled run that is still to run (or run again) never will: skipped.
+
+    Derived when the run is read, because most such steps never get a message that could record it
+    (the steps after a failed chain step are never published).
+    """
+    if step_state in ("pending", "retrying") and run_state in ("failed", "cancelled"):
+        return "skipped"
+    return step_state
 
 
 @dataclass(frozen=True)

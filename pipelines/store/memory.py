@@ -25,6 +25,7 @@ from pipelines.store.base import (
     RunStatus,
     StepState,
     StepStatus,
+    shown_step_state,
 )
 
 
@@ -455,7 +456,7 @@ def _snapshot(run: _Run) -> RunStatus:
         StepStatus(
             node=node,
             actor=s.actor,
-            state=s.state,
+            state=shown_step_state(run.state, s.state),
             attempts=s.attempts,
             started_at_ms=s.started_at_ms,
             finished_at_ms=s.finished_at_ms,

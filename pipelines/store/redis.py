@@ -41,8 +41,8 @@ from pipelines.store.base import (
     ReopenKind,
     RunState,
     RunStatus,
-    StepState,
     StepStatus,
+    shown_step_state,
 )
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
@@ -375,6 +375,7 @@ def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatu
         value = record.get(name.encode())
         return value.decode() if value not in (None, b"") else None
 
+    run_state = field("status") or ""
     step_list = []
     for node, raw in steps.items():
         data = orjson.loads(raw)
@@ -382,7 +383,7 @@ def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatu
             StepStatus(
                 node=node.decode(),
                 actor=data["a"],
-                state=cast(StepState, data["s"]),
+                state=shown_step_state(run_state, data["s"]),
                 attempts=int(data.get("n", 0)),
                 started_at_ms=data.get("t0"),
                 finished_at_ms=data.get("t1"),

@@ -37,7 +37,7 @@ def test_progress_shows_in_the_run_and_a_cancel_stops_the_job_at_its_next_report
             reports.append(n)
             go_on.wait(0.01)
 
-    start_worker(app)
+    worker = start_worker(app)
     run = app.start(step(transcode, "cat.mp4"))
     progress: list[Any] = []
 
@@ -56,6 +56,8 @@ def test_progress_shows_in_the_run_and_a_cancel_stops_the_job_at_its_next_report
     assert len(reports) < 1000  # it stopped early
     assert observer.handled == {"transcode": 1}  # not retried
     assert app.dead_letters.list() == []
+    worker.join()  # every hook of the stopped job has run
+    assert run.status().steps[0].state == "skipped"  # not left "running"
 
 
 def test_a_job_whose_worker_died_is_run_again_by_its_watchdog(make_app: Any, start_worker: Any, observe: Any) -> None:

@@ -226,7 +226,7 @@ def test_a_failing_step_fails_the_run_with_its_error_and_later_steps_never_run(
     assert failed.value.step == "0.1"
     assert failed.value.error == "RuntimeError: bad input 8"
     states = [(s.actor, s.state) for s in run.status().steps]
-    assert states == [("double", "succeeded"), ("explode", "failed"), ("negate", "pending")]
+    assert states == [("double", "succeeded"), ("explode", "failed"), ("negate", "skipped")]
     assert ledger.calls["negate"] == 0
 
 
@@ -301,7 +301,7 @@ def test_cancel_before_a_step_starts_means_it_never_runs(
     assert status.state == "cancelled"
     assert ledger.calls["double"] == 0
     assert "double" not in observer.handled
-    assert [s.state for s in run.status().steps] == ["succeeded", "pending"]
+    assert [s.state for s in run.status().steps] == ["succeeded", "skipped"]
     assert run.cancel() is False
 
 
