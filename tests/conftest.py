@@ -54,13 +54,18 @@ def services() -> None:
         )
 
 
+TEST_DELAY_TIERS_S = [0.1, 0.5, 1.0, 5.0, 30.0]
+
+
 def settings_for(backend: str, **sections: Any) -> Settings:
     """Settings of a fresh namespace on ``backend`` ("memory" or "rabbitmq"), with section overrides."""
     data: dict[str, Any] = {"namespace": f"t-{uuid.uuid4().hex[:10]}"}
     if backend == "memory":
         data |= {"broker": {"url": "memory://"}, "store": {"url": "memory://"}}
     else:
-        data |= {"broker": {"url": AMQP_URL}, "store": {"url": REDIS_URL}}
+        # Half the default delay tiers: each namespace declares fewer quorum queues (longer waits
+        # hop through the 30 s tier), which keeps the suite's churn on RabbitMQ's Raft log down.
+        data |= {"broker": {"url": AMQP_URL, "delay_tiers_s": TEST_DELAY_TIERS_S}, "store": {"url": REDIS_URL}}
     data["retries"] = {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2}
     for section, values in sections.items():
         data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
