@@ -378,7 +378,12 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{file} is not valid TOML: {e}.") from None
     elif explicit:
-        raise ConfigError(f"Config file {file} does not exist. Pass an existing file or unset {CONFIG_PATH_ENV}.")
+        fix = (
+            "Give the path of an existing file (--config)."
+            if path is not None
+            else f"Point {CONFIG_PATH_ENV} at an existing file, or unset it to use ./{DEFAULT_CONFIG_PATH}."
+        )
+        raise ConfigError(f"Config file {file} does not exist. {fix}")
     return _validated(data, source=str(file), use_env=True)
 
 

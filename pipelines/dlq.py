@@ -19,7 +19,7 @@ from pipelines import naming
 from pipelines import options as opt
 from pipelines.codec import MalformedMessage, decode_message
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
-from pipelines.errors import CannotReplay, DeadLetterNotFound, PipelinesError
+from pipelines.errors import CannotReplay, DeadLetterError, DeadLetterNotFound, PipelinesError
 from pipelines.runtime import StepAddress
 from pipelines.store.base import RunStore
 from pipelines.topology import Topology
@@ -65,12 +65,21 @@ class DeadLetterQueues:
         self.retention_s = retention_s
 
     def queues(self, queue: str | None = None) -> dict[str, str]:
-        """Dead-letter queue → its actor queue; ``queue`` filters by actor, actor queue or DLQ name."""
+        """Dead-letter queue → its actor queue; ``queue`` filters by actor, actor queue or DLQ name.
+
+        Raises:
+            DeadLetterError: ``queue`` names no actor or queue of this namespace (a typo would
+                otherwise read as "no dead letters").
+        """
         result = {}
         for actor, source in self.broker.topology.actor_queues.items():
             dead = naming.dead_letter_queue(source)
             if queue is None or queue in (actor, source, dead):
                 result[dead] = source
+        if queue is not None and not result:
+            raise DeadLetterError(
+                f"No actor or queue named {queue!r} in this namespace; `pipelines queues` lists them."
+            )
         return result
 
     def list(self, queue: str | None = None, *, limit: int = 100) -> list[DeadLetter]:

@@ -10,7 +10,7 @@ import orjson
 import pika
 import pytest
 
-from pipelines import CannotReplay, DeadLetterNotFound, chain, correlation, step
+from pipelines import CannotReplay, DeadLetterError, DeadLetterNotFound, chain, correlation, step
 
 TIMEOUT_S = 30
 
@@ -187,3 +187,12 @@ def test_a_message_published_without_an_id_gets_one_as_a_dead_letter(
     for letter_id in ids:
         assert app.dead_letters.show(letter_id).id == letter_id
     assert app.dead_letters.purge() == 3
+
+
+def test_a_queue_filter_that_names_nothing_is_an_error_not_an_empty_list(make_app: Any) -> None:
+    app = make_app()
+    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+
+    assert app.dead_letters.list("echo") == []
+    with pytest.raises(DeadLetterError, match=r"No actor or queue named 'ehco' in this namespace"):
+        app.dead_letters.list("ehco")
