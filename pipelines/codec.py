@@ -6,7 +6,7 @@ user's process can switch this wire format to pickle by accident.
 
 from __future__ import annotations
 
-import math
+import json
 from typing import Any
 
 import dramatiq
@@ -54,8 +54,9 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
             f"A message for {_target(message)} has arguments that are not JSON: {e}. "
             "Pass ids and plain values (str, int, float, bool, None, lists, dicts)."
         ) from None
-    # orjson writes NaN and infinities as null: look for them only when a null is there at all.
-    if b"null" in body and _has_non_finite((message.args, message.kwargs)):
+    # orjson writes NaN and infinities as null: look for them (with the standard library's strict
+    # encoder) only when a null is there at all.
+    if b"null" in body and not _strict_json((message.args, message.kwargs)):
         raise DefinitionError(
             f"A message for {_target(message)} has a NaN or infinite number in its arguments, which JSON "
             "cannot carry (it would arrive as None). Send a finite number, or None on purpose."
@@ -70,14 +71,13 @@ def _target(message: dramatiq.Message[Any]) -> str:
     return f"event {topic!r}" if topic else f"the fan-out to {', '.join(message.options.get(BRANCHES) or ())}"
 
 
-def _has_non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, list | tuple):
-        return any(_has_non_finite(item) for item in value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(item) for item in value.values())
-    return False
+def _strict_json(value: Any) -> bool:
+    """Whether ``value`` encodes as JSON without NaN or infinities."""
+    try:
+        json.dumps(value, allow_nan=False, default=_jsonable)
+    except ValueError:
+        return False
+    return True
 
 
 def decode_message(body: bytes) -> dramatiq.Message[Any]:
