@@ -59,19 +59,24 @@ def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("worker") / "worker.log"
 
 
+def dramatiq_worker(env: dict[str, str], log: Path, *, threads: int) -> subprocess.Popen[bytes]:
+    """`dramatiq actors` (the stock CLI, no extra flags) in the background, writing to ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads)],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
+        )
+
+
 @pytest.fixture(scope="module")
 def env(delete_namespace: Callable[[str], None], worker_log: Path) -> Iterator[dict[str, str]]:
     """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     variables = environment(namespace)
-    with worker_log.open("w") as log:
-        worker = subprocess.Popen(
-            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "4"],
-            env=variables,
-            cwd=ROOT,
-            stdout=log,
-            stderr=log,
-        )
+    worker = dramatiq_worker(variables, worker_log, threads=4)
     yield variables
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=TIMEOUT_S)
@@ -246,6 +251,28 @@ def test_a_worker_whose_login_is_refused_exits_at_boot_instead_of_retrying_forev
     assert worker.returncode == 3  # the dramatiq CLI's "broker connection failed"
     assert "refused the connection" in worker.stderr
     assert "Wrong-Pass-7" not in worker.stderr
+
+
+def test_a_worker_that_cannot_reach_rabbitmq_keeps_trying_one_line_per_attempt(services: None, tmp_path: Path) -> None:
+    env = environment(
+        f"t-{uuid.uuid4().hex[:10]}",
+        PIPELINES_BROKER__URL="amqp://guest:guest@127.0.0.1:1/%2F",
+        PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
+    )
+    log = tmp_path / "worker.log"
+    expected = "Consumer encountered a connection error: RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F does not answer"
+    worker = dramatiq_worker(env, log, threads=1)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while expected not in log.read_text() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # another process's log file: nothing to subscribe to
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=TIMEOUT_S)
+
+    text = log.read_text()
+    assert expected in text
+    assert "Traceback" not in text
 
 
 def wait_for_dead_letter(env: dict[str, str], queue: str) -> str:
