@@ -408,8 +408,7 @@ class Runtime:
         """A step stopped at a cancellation check: if its run was cancelled, it will not finish (shown
         as skipped). If instead its job runs again elsewhere (a lease taken over), that attempt records it."""
         try:
-            run = self.store.get_run(address.run_id)
-            if run is not None and run.state == "cancelled":
+            if self.store.run_state(address.run_id) == "cancelled":
                 self.store.fail_step(address.run_id, address.node, f"{type(error).__name__}: {error}", final=False)
         except ServiceUnavailable as e:  # only how the step is shown is at stake
             logger.warning("Could not record that step %s of run %s stopped: %s", address.node, address.run_id, e)

@@ -214,6 +214,9 @@ class RunStore(Protocol):
     def get_run(self, run_id: str) -> RunStatus | None:
         """The run and every step, or None if unknown or past retention."""
 
+    def run_state(self, run_id: str) -> RunState | None:
+        """Only the run's state (no steps read), or None if unknown or past retention."""
+
     def wait_run(
         self,
         run_id: str,

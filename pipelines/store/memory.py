@@ -296,6 +296,11 @@ class MemoryRunStore:
             run = self._live(run_id)
             return _snapshot(run) if run else None
 
+    def run_state(self, run_id: str) -> RunState | None:
+        with self._changed:
+            run = self._live(run_id)
+            return run.state if run else None
+
     def wait_run(
         self,
         run_id: str,

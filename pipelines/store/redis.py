@@ -222,10 +222,10 @@ class RedisRunStore:
             return None
         return _snapshot(record, steps)
 
-    def _state(self, run_id: str) -> str | None:
+    def run_state(self, run_id: str) -> RunState | None:
         with self._answering():
             state = self._redis.hget(self._key(run_id), "status")
-        return _text(state) if state is not None else None
+        return cast(RunState, _text(state)) if state is not None else None
 
     def wait_run(
         self,
@@ -242,7 +242,7 @@ class RedisRunStore:
                 last_callback = 0.0
                 while True:
                     if on_change is None:
-                        state = self._state(run_id)
+                        state = self.run_state(run_id)
                         if state is None or state in FINAL_RUN_STATES:
                             break
                     else:

@@ -212,3 +212,15 @@ def test_every_redis_key_of_a_run_expires_after_the_retention(services: None) ->
 
     assert len(keys) >= 5
     assert all(0 < ttl <= RETENTION_S * 1000 for ttl in ttls)
+
+
+def test_run_state_reads_only_the_state(store: RunStore) -> None:
+    run = chord_run(2)
+    store.create_run(run)
+    assert store.run_state(run.run_id) == "pending"
+
+    store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS)
+    assert store.run_state(run.run_id) == "running"
+    store.cancel_run(run.run_id)
+    assert store.run_state(run.run_id) == "cancelled"
+    assert store.run_state("no-such-run") is None
