@@ -1,8 +1,9 @@
 """The ``pipelines`` command: start and follow runs, publish events, inspect queues and topology.
 
 Every command reads ``config.toml`` (or ``--config``/``$PIPELINES_CONFIG``) and the ``PIPELINES_*``
-variables. Errors are one line on stderr and a non-zero exit status: 2 for usage and configuration,
-1 for everything else.
+variables. Errors are one line on stderr and a non-zero exit status: 2 when the command as given can
+never work (usage, configuration, an unknown name, input that does not validate), 1 when it could not
+be done this time (a service, a failed run, a run or dead letter that is not there).
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ import orjson
 from pipelines.app import App, configure
 from pipelines.config import load_settings, mask_url
 from pipelines.dlq import describe
-from pipelines.errors import ConfigError, PipelinesError, RunTimeout
+from pipelines.errors import ConfigError, DefinitionError, PipelinesError, RunTimeout
 from pipelines.profiles import profile_of, summary
 from pipelines.store.base import RunStatus
 
 #: Steps listed one per line by `status`; longer runs are summarised by state.
 MAX_LISTED_STEPS = 40
+
+
+class _UsageError(PipelinesError):
+    """A command given in a way that cannot work, found past argparse (one line, exit status 2)."""
 
 
 def _seconds(text: str) -> float:
@@ -136,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = configure(settings)
         app.load_modules()
         return _COMMANDS[args.command](app, args)
-    except ConfigError as e:
+    except (ConfigError, DefinitionError, _UsageError) as e:
         print(f"pipelines: {e}", file=sys.stderr)
         return 2
     except PipelinesError as e:
@@ -238,7 +243,7 @@ def _publish(app: App, args: argparse.Namespace) -> int:
     try:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"The payload is not JSON ({e}). Quote it: '{{\"order_id\": 1}}'.") from None
+        raise _UsageError(f"The payload is not JSON ({e}). Quote it: '{{\"order_id\": 1}}'.") from None
     print(app.publish(args.topic, payload))
     return 0
 
@@ -311,7 +316,7 @@ def _dlq(app: App, args: argparse.Namespace) -> int:
         print(f"{args.id}  {letters.replay(args.id, queue=args.queue)}")
         return 0
     if not args.yes:
-        raise ConfigError("Purging deletes dead letters for good; add --yes to confirm.")
+        raise _UsageError("Purging deletes dead letters for good; add --yes to confirm.")
     print(f"purged {letters.purge(args.queue)} dead letter(s)")
     return 0
 

@@ -388,6 +388,8 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
 
 
 def _validated(data: dict[str, Any], *, source: str, use_env: bool) -> Settings:
+    if use_env:
+        _reject_unknown_sections()
     token = _read_environment.set(use_env)
     try:
         return Settings(**data)
@@ -402,6 +404,22 @@ def _validated(data: dict[str, Any], *, source: str, use_env: bool) -> Settings:
         ) from None
     finally:
         _read_environment.reset(token)
+
+
+def _reject_unknown_sections() -> None:
+    """A ``PIPELINES_<SECTION>__<KEY>`` variable whose section does not exist is a typo, not a setting.
+
+    pydantic-settings reads only the variables of known sections, so ``PIPELINES_BROKR__URL`` would
+    otherwise be ignored and the worker would quietly connect where the file says.
+    """
+    sections = {name for name, field in Settings.model_fields.items() if isinstance(field.default, BaseModel)}
+    for name in sorted(os.environ):
+        section, nested, _ = name.removeprefix(ENV_PREFIX).partition("__")
+        if name.startswith(ENV_PREFIX) and nested and section.lower() not in sections:
+            raise ConfigError(
+                f"Invalid configuration: {name} names no section {section.lower()!r}. "
+                f"Sections are {', '.join(sorted(sections))}; check its spelling or unset it."
+            )
 
 
 def _unparsable_variables() -> list[str]:

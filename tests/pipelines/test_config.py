@@ -166,6 +166,20 @@ def test_unknown_environment_keys_are_rejected_by_name(monkeypatch: pytest.Monke
         load_settings()
 
 
+@pytest.mark.parametrize("name", ["PIPELINES_BROKR__URL", "PIPELINES_NAMESPACE__URL"])
+def test_a_variable_for_a_section_that_does_not_exist_is_rejected_by_name(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "amqp://h/")
+    with pytest.raises(ConfigError, match=rf"{name} names no section .*Sections are app, broker,"):
+        load_settings()
+
+
+def test_variables_outside_the_settings_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINES_TEST_AMQP_URL", "amqp://h/")
+    assert load_settings().broker.url != "amqp://h/"
+
+
 def test_a_list_value_in_the_environment_that_is_not_json_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIPELINES_BROKER__DELAY_TIERS_S", "1,5,30")
     with pytest.raises(ConfigError, match="PIPELINES_BROKER__DELAY_TIERS_S"):
