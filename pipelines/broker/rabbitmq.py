@@ -18,7 +18,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import Any, TypeVar
 
 import dramatiq
@@ -561,7 +560,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         self.queue_name = queue_name
         self.timeout_s = timeout_ms / 1000
         self._ready: deque[tuple[Any, Any, bytes]] = deque()
-        self._settlements: deque[Callable[[], None]] = deque()
+        self._settlements: deque[tuple[int, bool | None]] = deque()  # (tag, None to ack | requeue)
         self._flush_scheduled = False
         self._actors_by_tag: dict[str, str] = {}
         self._queues_by_tag: dict[str, str] = {}
@@ -620,7 +619,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
             if isinstance(eta, int | float) and eta > current_millis():
                 # Back from a delay tier before it is due: on to the next tier, then let go of it here.
                 self.broker.redelay(message, int(eta))
-                self._settle(self.channel.basic_ack, method.delivery_tag)
+                self._ack(method.delivery_tag)
                 return None
             message = dramatiq.Message(**{**message.asdict(), "options": options})
         headers = getattr(properties, "headers", None) or {}
@@ -647,17 +646,23 @@ class _GroupConsumer(dramatiq.broker.Consumer):
             self.broker.dead_letter(body, message_id=message_id, reason=reason, queue=queue)
         except PipelinesError:
             logger.exception("Could not dead-letter %s with its reason; rejecting it instead.", message_id)
-            self._settle(self.channel.basic_nack, tag, requeue=False)
+            self._reject(tag, requeue=False)
             return
-        self._settle(self.channel.basic_ack, tag)
+        self._ack(tag)
 
-    def _settle(self, operation: Any, tag: int, **kwargs: Any) -> None:
-        """Queue an ack or nack for the consumer thread; wake it once per batch, not once per message.
+    def _ack(self, tag: int) -> None:
+        self._settle(tag, None)
+
+    def _reject(self, tag: int, *, requeue: bool) -> None:
+        self._settle(tag, requeue)
+
+    def _settle(self, tag: int, requeue: bool | None) -> None:
+        """Queue an ack (``requeue`` None) or a nack for the consumer thread; wake it once per batch.
 
         Worker threads finish messages concurrently; each wake-up of the connection's loop is a lock
         and a syscall, so settlements gather in a queue and one callback sends all of them.
         """
-        self._settlements.append(partial(operation, tag, **kwargs))
+        self._settlements.append((tag, requeue))
         if self._flush_scheduled:
             return
         self._flush_scheduled = True
@@ -669,8 +674,16 @@ class _GroupConsumer(dramatiq.broker.Consumer):
     def _flush_settlements(self) -> None:
         # Cleared before draining: a settlement queued meanwhile schedules the next flush.
         self._flush_scheduled = False
+        # pika's blocking channel writes to the socket after every ack; the channel it wraps only
+        # queues the frame. All but the last go through the latter, and the last one's blocking call
+        # writes the whole batch.
         while self._settlements:
-            self._settlements.popleft()()
+            tag, requeue = self._settlements.popleft()
+            channel = self.channel if not self._settlements else self.channel._impl
+            if requeue is None:
+                channel.basic_ack(tag)
+            else:
+                channel.basic_nack(tag, requeue=requeue)
 
     def _home(self, actor: str) -> str:
         """The queue whose dead-letter queue takes ``actor``'s dead letters (partitions share one)."""
@@ -683,16 +696,16 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         """Acknowledge a delivery before its actor ends; its later ack or nack sends nothing."""
         if not message.settled:
             message.settled = True
-            self._settle(self.channel.basic_ack, message.tag)
+            self._ack(message.tag)
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
         elif getattr(message, REQUEUE_ATTRIBUTE, False):
             # Back to the head of its queue (quorum queues redeliver returned messages first).
-            self._settle(self.channel.basic_nack, message.tag, requeue=True)
+            self._reject(message.tag, requeue=True)
         elif not message.settled:
-            self._settle(self.channel.basic_ack, message.tag)
+            self._ack(message.tag)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
         if not self._owns(message):
@@ -702,7 +715,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
         if getattr(message, DROP_ATTRIBUTE, False):
             logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
             if not message.settled:
-                self._settle(self.channel.basic_ack, message.tag)
+                self._ack(message.tag)
             return
         reason: DeadLetterReason = getattr(message, REASON_ATTRIBUTE, None) or reason_for(
             message, reason="rejected", exception=message._exception
