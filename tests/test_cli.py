@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -229,6 +232,47 @@ def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) ->
 
     assert result.returncode == 1
     assert "RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F does not answer" in result.stderr
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts TCP connections and never answers (a stuck broker), closed after the test."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def test_a_rabbitmq_that_never_answers_the_handshake_is_one_clear_line(services: None, silent_server: int) -> None:
+    env = environment(
+        f"t-{uuid.uuid4().hex[:10]}",
+        PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server}/%2F?stack_timeout=1",
+        PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
+    )
+
+    result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
+    RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
+
+    assert result.returncode == 1
+    assert f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1 does not answer" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 WRONG_PASSWORD_URL = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:Wrong-Pass-7@", AMQP_URL)

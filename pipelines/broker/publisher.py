@@ -14,6 +14,7 @@ from typing import Any
 
 import pika
 import pika.exceptions
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from pipelines.errors import PublishError
 
@@ -23,6 +24,7 @@ CONFIRM_TIMEOUT_S = 30.0
 #: pika errors that mean "this connection or channel is gone; open another and try again".
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     pika.exceptions.AMQPConnectionError,
+    AMQPConnectorException,  # a server that takes the TCP connection but never answers the handshake
     pika.exceptions.AMQPChannelError,
     ConnectionError,
     OSError,
