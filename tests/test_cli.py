@@ -199,9 +199,9 @@ def test_config_prints_the_effective_values_with_the_password_masked(services: N
     ],
 )
 def test_bad_input_gives_one_clear_line_and_no_traceback(
-    services: None, variables: dict[str, str], args: list[str], message: str, status: int
+    namespaces: Callable[[], str], variables: dict[str, str], args: list[str], message: str, status: int
 ) -> None:
-    result = pipelines(environment("t-bad-input", **variables), *args)
+    result = pipelines(environment(namespaces(), **variables), *args)
 
     assert result.returncode == status, result.stderr
     assert message in result.stderr
