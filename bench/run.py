@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs = sizes.scale_runs * members // sizes.scale_members[-1]
                 extra[f"scale_{members}"] = cases.scale(ours, log("scale"), members, runs)
                 print(f"  scale        {members} members, {runs} runs done", flush=True)
+        ours.app.broker.delete_topology()  # its quorum queues would otherwise stay on the broker
         ours.app.close()
     redis_client().flushdb()
     print_table(results, extra, args.rounds, sizes, time.monotonic() - started)
