@@ -23,7 +23,12 @@ def _reference(prefix: str, *parts: object) -> str:
     return f"{prefix}_{digest}"
 
 
-@dramatiq.actor(queue_name="orders", profile="guaranteed", idempotency_key=lambda order_id, **_: f"charge-{order_id}")
+@dramatiq.actor(
+    queue_name="orders",
+    profile="guaranteed",
+    idempotency_key=lambda order_id, **_: f"charge-{order_id}",
+    throws=(ValueError,),  # a bad total stays bad: dead-letter it at once instead of retrying
+)
 def charge_payment(order_id: int, total: float) -> dict[str, Any]:
     """Charge the customer for an order, once per order; the payment feeds every later step."""
     if total <= 0:

@@ -10,11 +10,18 @@ reason with the dead letter.
 
 from __future__ import annotations
 
+import logging
+
 import dramatiq
 from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware
 
+from middleware.correlation import context_of
+from pipelines.context import enter_message, leave_message
 from pipelines.dead_letters import FAILURE_ATTRIBUTE, FAILURE_EXCEPTION_ATTRIBUTE, REASON_ATTRIBUTE, reason_for
+from pipelines.delivery import DROP_ATTRIBUTE
+
+logger = logging.getLogger(__name__)
 
 
 class DeadLetter(Middleware):
@@ -25,4 +32,22 @@ class DeadLetter(Middleware):
         why = getattr(message, FAILURE_ATTRIBUTE, None)
         if why is None:
             why = "unknown actor" if isinstance(exception, ActorNotFound) else "rejected"
-        setattr(message, REASON_ATTRIBUTE, reason_for(message, reason=why, exception=exception))
+        if getattr(message, DROP_ATTRIBUTE, False):
+            return  # a fire-and-forget message past its retries is dropped, not dead-lettered
+        reason = reason_for(message, reason=why, exception=exception)
+        setattr(message, REASON_ATTRIBUTE, reason)
+        # One line per dead letter, whatever Dramatiq logged for the failure (an expected exception,
+        # one in ``throws``, is only an info line there). Rejections run on the consumer thread,
+        # outside the message's context: the line gets the message's ids explicitly.
+        enter_message(context_of(message))
+        try:
+            logger.error(
+                "Dead-lettering %s of %s (%s): %s: %s",
+                message.message_id,
+                message.actor_name,
+                why,
+                reason.error_type,
+                reason.error,
+            )
+        finally:
+            leave_message()

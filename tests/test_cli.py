@@ -345,7 +345,7 @@ def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dic
 
     assert failed.returncode == 1
     assert "error at step 0.0: ValueError: order 13 has a non-positive total 0" in failed.stdout
-    assert re.search(rf"{letter_id}\s+\S+charge_payment\.dead\s+retries exhausted\s+run \w+ step 0\.0", listed.stdout)
+    assert re.search(rf"{letter_id}\s+\S+charge_payment\.dead\s+permanent error\s+run \w+ step 0\.0", listed.stdout)
     assert shown["error_type"] == "ValueError"
     assert shown["message"]["kwargs"] == {"order_id": 13, "total": 0}
     assert replayed.stdout.strip() == f"{letter_id}  replayed"
@@ -371,7 +371,8 @@ def test_worker_log_lines_are_json_with_the_ids_of_the_message_they_are_about(
     assert failure["attempt"] == 1
     assert failure["correlation_id"]
     assert failure["message_id"]
-    assert "non-positive total" in failure.get("exception", "")
+    assert "Dead-lettering" in failure["message"]
+    assert "(permanent error): ValueError: order 21 has a non-positive total -1" in failure["message"]
 
 
 def test_top_shows_queues_with_their_depths_and_the_recent_runs(env: dict[str, str]) -> None:
