@@ -19,19 +19,6 @@ from pipelines.config import LoggingConfig
 from pipelines.context import MessageContext, current_correlation_id, enter_message, leave_message, new_correlation_id
 
 
-def context_of(message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> MessageContext:
-    """The ids a log line about ``message`` carries."""
-    step = message.options.get(opt.STEP) or {}
-    return MessageContext(
-        correlation_id=message.options.get(opt.CORRELATION) or message.message_id,
-        message_id=message.message_id,
-        actor=message.actor_name,
-        attempt=int(message.options.get(opt.RETRIES, 0)) + 1,
-        run_id=step.get("run"),
-        step=step.get("node"),
-    )
-
-
 class CorrelationId(Middleware):
     """Stamps correlation ids on enqueue and holds the message context while a message runs."""
 
@@ -48,7 +35,7 @@ class CorrelationId(Middleware):
             message.options[opt.CORRELATION] = current_correlation_id() or new_correlation_id()
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        enter_message(context_of(message))
+        enter_message(MessageContext.of(message))
 
     def after_process_message(
         self,

@@ -16,8 +16,7 @@ import dramatiq
 from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware
 
-from middleware.correlation import context_of
-from pipelines.context import enter_message, leave_message
+from pipelines.context import MessageContext, about_message
 from pipelines.dead_letters import FAILURE_ATTRIBUTE, FAILURE_EXCEPTION_ATTRIBUTE, REASON_ATTRIBUTE, reason_for
 from pipelines.delivery import DROP_ATTRIBUTE
 
@@ -39,8 +38,7 @@ class DeadLetter(Middleware):
         # One line per dead letter, whatever Dramatiq logged for the failure (an expected exception,
         # one in ``throws``, is only an info line there). Rejections run on the consumer thread,
         # outside the message's context: the line gets the message's ids explicitly.
-        enter_message(context_of(message))
-        try:
+        with about_message(MessageContext.of(message)):
             logger.error(
                 "Dead-lettering %s of %s (%s): %s: %s",
                 message.message_id,
@@ -49,5 +47,3 @@ class DeadLetter(Middleware):
                 reason.error_type,
                 reason.error,
             )
-        finally:
-            leave_message()

@@ -13,6 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pipelines import options as opt
+
+if TYPE_CHECKING:
+    import dramatiq
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,19 @@ class MessageContext:
     attempt: int
     run_id: str | None = None
     step: str | None = None
+
+    @classmethod
+    def of(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> MessageContext:
+        """The ids of ``message`` that log lines about it carry."""
+        step = message.options.get(opt.STEP) or {}
+        return cls(
+            correlation_id=message.options.get(opt.CORRELATION) or message.message_id,
+            message_id=message.message_id,
+            actor=message.actor_name,
+            attempt=int(message.options.get(opt.RETRIES, 0)) + 1,
+            run_id=step.get("run"),
+            step=step.get("node"),
+        )
 
 
 _message: ContextVar[MessageContext | None] = ContextVar("pipelines_message", default=None)
@@ -64,3 +83,17 @@ def enter_message(context: MessageContext) -> None:
 def leave_message() -> None:
     """Called by middleware after a message was processed or skipped."""
     _message.set(None)
+
+
+@contextmanager
+def about_message(context: MessageContext) -> Iterator[None]:
+    """Log lines written inside the block carry ``context``'s ids, then the previous context is back.
+
+    For code that handles a message outside its processing, such as a rejection on Dramatiq's
+    consumer thread.
+    """
+    token = _message.set(context)
+    try:
+        yield
+    finally:
+        _message.reset(token)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import dramatiq
@@ -196,3 +197,36 @@ def test_a_queue_filter_that_names_nothing_is_an_error_not_an_empty_list(make_ap
     assert app.dead_letters.list("echo") == []
     with pytest.raises(DeadLetterError, match=r"No actor or queue named 'ehco' in this namespace"):
         app.dead_letters.list("ehco")
+
+
+def test_each_dead_letter_is_logged_once_with_its_ids_and_a_dropped_message_is_not(
+    make_app: Any, start_worker: Any, observe: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(profiles={"fire_and_forget_max_retries": 0})
+    observer = observe(app)
+
+    @dramatiq.actor(broker=app.broker, throws=(ValueError,))
+    def refuse(order_id: int) -> None:
+        raise ValueError(f"order {order_id} is bad")
+
+    @dramatiq.actor(broker=app.broker, profile="fire_and_forget")
+    def nudge() -> None:
+        raise RuntimeError("nobody home")
+
+    start_worker(app)
+    with caplog.at_level(logging.INFO, logger="middleware.dead_letter"), correlation("audit-7"):
+        sent = refuse.send(4)
+        nudge.send()
+        observer.wait_dead_lettered("refuse", 1)
+        observer.wait_dead_lettered("nudge", 1)  # rejected, then dropped
+
+    lines = [r for r in caplog.records if r.name == "middleware.dead_letter"]
+    assert [r.getMessage() for r in lines] == [
+        f"Dead-lettering {sent.message_id} of refuse (permanent error): ValueError: order 4 is bad"
+    ]
+    assert (lines[0].correlation_id, lines[0].message_id, lines[0].actor, lines[0].attempt) == (  # type: ignore[attr-defined]
+        "audit-7",
+        sent.message_id,
+        "refuse",
+        1,
+    )
