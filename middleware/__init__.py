@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from middleware.backoff import Backoff
-from middleware.correlation import CorrelationId
-from middleware.dead_letter import DeadLetter
-from middleware.idempotency import Idempotency
-from middleware.leases import Leases
-from middleware.metrics import Metrics
-from middleware.payloads import Payloads
-from middleware.pipeline_steps import PipelineSteps
-from middleware.profiles import Profiles
-from middleware.schedules import Schedules
-from middleware.timeout import Timeout, TimeoutTooLong
-from middleware.tracing import Tracing
+from pipelines.middleware.backoff import Backoff
+from pipelines.middleware.correlation import CorrelationId
+from pipelines.middleware.dead_letter import DeadLetter
+from pipelines.middleware.idempotency import Idempotency
+from pipelines.middleware.leases import Leases
+from pipelines.middleware.metrics import Metrics
+from pipelines.middleware.payloads import Payloads
+from pipelines.middleware.pipeline_steps import PipelineSteps
+from pipelines.middleware.profiles import Profiles
+from pipelines.middleware.schedules import Schedules
+from pipelines.middleware.timeout import Timeout, TimeoutTooLong
+from pipelines.middleware.tracing import Tracing
 
 __all__ = [
     "Backoff",

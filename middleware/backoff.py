@@ -27,11 +27,11 @@ import dramatiq
 from dramatiq.common import compute_backoff
 from dramatiq.middleware import Middleware
 
-from middleware.metrics import RETRY_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.dead_letters import MAX_TRACEBACK_CHARS, fail_message
 from pipelines.delivery import DELIVERY_COUNT_ATTRIBUTE, DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE
 from pipelines.errors import Cancelled, ConfigError, InvalidActorOption, PipelinesError
+from pipelines.middleware.metrics import RETRY_ATTRIBUTE
 
 logger = logging.getLogger(__name__)
 

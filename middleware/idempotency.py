@@ -23,11 +23,11 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from middleware.deferral import put_off, put_off_while_store_down
-from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.dead_letters import fail_message
 from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
+from pipelines.middleware.deferral import put_off, put_off_while_store_down
+from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.store.base import RunStore
 
 logger = logging.getLogger(__name__)

@@ -30,12 +30,12 @@ import dramatiq
 import orjson
 from dramatiq.middleware import Middleware, SkipMessage
 
-from middleware.deferral import put_off_while_store_down
 from pipelines import options as opt
 from pipelines import progress
 from pipelines.codec import decode_message, encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso
 from pipelines.errors import PipelinesError, ServiceUnavailable
+from pipelines.middleware.deferral import put_off_while_store_down
 from pipelines.runtime import Runtime, StepAddress
 
 logger = logging.getLogger(__name__)

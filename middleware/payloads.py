@@ -17,9 +17,9 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from middleware.deferral import put_off
 from pipelines import options as opt
 from pipelines.dead_letters import fail_message
+from pipelines.middleware.deferral import put_off
 from pipelines.payloads import (
     InvalidArguments,
     InvalidPayload,

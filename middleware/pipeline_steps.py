@@ -16,8 +16,6 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from middleware.deferral import put_off, put_off_while_store_down
-from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.dead_letters import fail_message
 from pipelines.errors import (
     Cancelled,
@@ -27,6 +25,8 @@ from pipelines.errors import (
     ResultTooLarge,
     ServiceUnavailable,
 )
+from pipelines.middleware.deferral import put_off, put_off_while_store_down
+from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.runtime import Runtime, StepAddress
 
 logger = logging.getLogger(__name__)

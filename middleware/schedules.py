@@ -20,10 +20,10 @@ import pendulum
 from dramatiq.middleware import Middleware, SkipMessage
 from periodiq import cron
 
-from middleware.deferral import put_off_while_store_down
-from middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines import options as opt
 from pipelines.errors import ServiceUnavailable
+from pipelines.middleware.deferral import put_off_while_store_down
+from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.schedules import enter_tick, missed_ticks, tick_of
 from pipelines.store.base import RunStore
 

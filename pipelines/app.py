@@ -22,7 +22,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import CronSpec, PeriodiqMiddleware
 
-from middleware import (
+from pipelines import telemetry
+from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
+from pipelines.composition import Node, as_node
+from pipelines.config import Settings, load_settings
+from pipelines.current import current_app, get_app, set_app
+from pipelines.dlq import DeadLetterQueues
+from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
+from pipelines.middleware import (
     Backoff,
     CorrelationId,
     DeadLetter,
@@ -36,14 +43,7 @@ from middleware import (
     Timeout,
     Tracing,
 )
-from middleware.backoff import import_exceptions
-from pipelines import telemetry
-from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
-from pipelines.composition import Node, as_node
-from pipelines.config import Settings, load_settings
-from pipelines.current import current_app, get_app, set_app
-from pipelines.dlq import DeadLetterQueues
-from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
+from pipelines.middleware.backoff import import_exceptions
 from pipelines.outbound import Outbound
 from pipelines.profiles import MissedPolicy
 from pipelines.rate_limits import Rate, RateLimiter, parse_rate

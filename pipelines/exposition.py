@@ -25,8 +25,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from middleware.metrics import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
 from pipelines.config import load_settings
+from pipelines.middleware.metrics import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
 
 logger = logging.getLogger(__name__)
 

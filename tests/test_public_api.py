@@ -7,10 +7,10 @@ from types import ModuleType
 
 import pytest
 
-import middleware
 import pipelines
+import pipelines.middleware
 
-PACKAGES = [pipelines, middleware]
+PACKAGES = [pipelines, pipelines.middleware]
 
 
 def own_public_names(package: ModuleType) -> set[str]:
@@ -19,7 +19,7 @@ def own_public_names(package: ModuleType) -> set[str]:
     for name, value in vars(package).items():
         if name.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
             continue
-        if value.__module__.split(".")[0] == package.__name__:
+        if value.__module__ == package.__name__ or value.__module__.startswith(package.__name__ + "."):
             names.add(name)
     return names
 

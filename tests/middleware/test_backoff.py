@@ -10,9 +10,9 @@ import dramatiq
 import pydantic
 import pytest
 
-from middleware import Backoff
-from middleware.backoff import import_exceptions
 from pipelines.errors import ConfigError, DefinitionError, InvalidActorOption, PublishError
+from pipelines.middleware import Backoff
+from pipelines.middleware.backoff import import_exceptions
 
 
 def backoff(max_retries: int = 5, min_ms: int = 100, max_ms: int = 5000) -> Backoff:

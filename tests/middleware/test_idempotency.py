@@ -9,7 +9,7 @@ from typing import Any
 import dramatiq
 import pytest
 
-from middleware import Idempotency
+from pipelines.middleware import Idempotency
 
 TIMEOUT_S = 30
 

@@ -11,9 +11,9 @@ import pytest
 from periodiq import cron
 from prometheus_client import CollectorRegistry
 
-from middleware import Metrics
 from pipelines import chain, chord, map
 from pipelines.config import MetricsConfig
+from pipelines.middleware import Metrics
 
 TIMEOUT_S = 30
 
@@ -130,7 +130,7 @@ def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_ap
 
 
 def test_metrics_use_a_directory_per_namespace_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    from middleware.metrics import multiprocess_dir
+    from pipelines.middleware.metrics import multiprocess_dir
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     assert multiprocess_dir(MetricsConfig(), "prod").name == "pipelines-metrics-prod"

@@ -9,9 +9,9 @@ from typing import Any
 import dramatiq
 import pytest
 
-from middleware import TimeoutTooLong
 from pipelines import chain
 from pipelines.dead_letters import DeadLetterReason
+from pipelines.middleware import TimeoutTooLong
 
 TIMEOUT_S = 30
 

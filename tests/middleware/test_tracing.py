@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from middleware import Tracing
 from pipelines import chain, chord, fan_out, map
 from pipelines.app import App
+from pipelines.middleware import Tracing
 
 TIMEOUT_S = 30
 

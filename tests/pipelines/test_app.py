@@ -8,7 +8,8 @@ from pathlib import Path
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
-from middleware import (
+from pipelines.app import build_app, build_middleware
+from pipelines.middleware import (
     Backoff,
     CorrelationId,
     DeadLetter,
@@ -22,7 +23,6 @@ from middleware import (
     Timeout,
     Tracing,
 )
-from pipelines.app import build_app, build_middleware
 from pipelines.runtime import Runtime
 from pipelines.store import MemoryRunStore
 from pipelines.testing import embedded_settings

@@ -214,13 +214,13 @@ def test_each_dead_letter_is_logged_once_with_its_ids_and_a_dropped_message_is_n
         raise RuntimeError("nobody home")
 
     start_worker(app)
-    with caplog.at_level(logging.INFO, logger="middleware.dead_letter"), correlation("audit-7"):
+    with caplog.at_level(logging.INFO, logger="pipelines.middleware.dead_letter"), correlation("audit-7"):
         sent = refuse.send(4)
         nudge.send()
         observer.wait_dead_lettered("refuse", 1)
         observer.wait_dead_lettered("nudge", 1)  # rejected, then dropped
 
-    lines = [r for r in caplog.records if r.name == "middleware.dead_letter"]
+    lines = [r for r in caplog.records if r.name == "pipelines.middleware.dead_letter"]
     assert [r.getMessage() for r in lines] == [
         f"Dead-lettering {sent.message_id} of refuse (permanent error): ValueError: order 4 is bad"
     ]

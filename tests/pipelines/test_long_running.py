@@ -10,9 +10,9 @@ import dramatiq
 import orjson
 import pytest
 
-from middleware.leases import WATCHDOG, Leases
 from pipelines import report_progress, step
 from pipelines.codec import encode_message
+from pipelines.middleware.leases import WATCHDOG, Leases
 
 memory_only = pytest.mark.parametrize("backend", ["memory"], indirect=True)
 rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)

@@ -10,8 +10,8 @@ import pendulum
 import pytest
 from periodiq import cron
 
-from middleware.schedules import CHECK, Schedules
 from pipelines import step
+from pipelines.middleware.schedules import CHECK, Schedules
 from pipelines.schedules import current_tick, missed_ticks, tick_of
 
 MINUTE_MS = 60_000
