@@ -28,7 +28,7 @@ from pipelines.dead_letters import fail_message
 from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
 from pipelines.middleware.deferral import put_off, put_off_while_store_down
 from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
-from pipelines.store.base import RunStore
+from pipelines.store.roles import KeyClaims
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ _CLAIM = "idempotency_claim"
 class Idempotency(Middleware):
     """Claims, records and releases idempotency keys (see the module docstring)."""
 
-    def __init__(self, *, store: RunStore, lease_s: float, retention_s: int) -> None:
+    def __init__(self, *, store: KeyClaims, lease_s: float, retention_s: int) -> None:
         self.store = store
         self.lease_ms = int(lease_s * 1000)
         self.retention_s = retention_s

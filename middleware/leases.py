@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 import orjson
@@ -37,6 +37,7 @@ from pipelines.dead_letters import DeadLetterReason, now_iso
 from pipelines.errors import PipelinesError, ServiceUnavailable
 from pipelines.middleware.deferral import put_off_while_store_down
 from pipelines.runtime import Runtime, StepAddress
+from pipelines.store.roles import JobLeases, StepProgress
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +51,19 @@ WATCHDOG_MARGIN_MS = 1000
 _JOB = "pipelines_job"
 
 
+class LeaseStore(JobLeases, StepProgress, Protocol):
+    """What long-running jobs need of the run store: their leases, and their steps' progress reports."""
+
+
 class Leases(Middleware):
     """Owns long-running jobs through leases and watches them (see the module docstring)."""
 
-    def __init__(self, *, runtime: Runtime, default_max_retries: int, system_timeout_s: float) -> None:
+    def __init__(
+        self, *, runtime: Runtime, store: LeaseStore, default_max_retries: int, system_timeout_s: float
+    ) -> None:
         self.runtime = runtime
         self.system_timeout_s = system_timeout_s
-        self.store = runtime.store
+        self.store = store
         self.default_max_retries = default_max_retries
         self._held: dict[str, tuple[str, int, progress.Job]] = {}
         """lease id → (holder token, lease ms, job) of the leases this process holds."""

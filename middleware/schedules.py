@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 import pendulum
@@ -25,7 +25,7 @@ from pipelines.errors import ServiceUnavailable
 from pipelines.middleware.deferral import put_off_while_store_down
 from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
 from pipelines.schedules import enter_tick, missed_ticks, tick_of
-from pipelines.store.base import RunStore
+from pipelines.store.roles import OnceMarks, ScheduleTicks
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +39,14 @@ TICK_RETENTION_S = 7 * 86400
 MissedListener = Callable[[str, int], None]
 
 
+class TickStore(ScheduleTicks, OnceMarks, Protocol):
+    """What schedules need of the run store: tick claims, and a catch-up run once per missed tick."""
+
+
 class Schedules(Middleware):
     """Claims ticks and applies missed-tick policies (see the module docstring)."""
 
-    def __init__(self, *, store: RunStore, grace_s: float, system_timeout_s: float) -> None:
+    def __init__(self, *, store: TickStore, grace_s: float, system_timeout_s: float) -> None:
         self.store = store
         self.system_timeout_s = system_timeout_s
         self.grace_s = grace_s

@@ -62,7 +62,7 @@ SCHEDULE_SKIP_DELAY_S = 30
 
 
 def build_middleware(
-    settings: Settings, runtime: Runtime, *, tracer: trace.Tracer | None = None
+    settings: Settings, runtime: Runtime, store: RunStore, *, tracer: trace.Tracer | None = None
 ) -> list[dramatiq.Middleware]:
     """The middleware of every broker, in order.
 
@@ -93,9 +93,7 @@ def build_middleware(
     observing: list[dramatiq.Middleware] = []
     # The framework's own actors (lease watchdog, schedule check) are quick: a short time limit.
     system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
-    schedules = Schedules(
-        store=runtime.store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s
-    )
+    schedules = Schedules(store=store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s)
     if tracer is not None:
         observing.append(Tracing(tracer=tracer, namespace=settings.namespace))
     if settings.metrics.enabled:
@@ -115,12 +113,17 @@ def build_middleware(
         Pipelines(),
         Payloads(sealer=runtime.sealer),
         Idempotency(
-            store=runtime.store,
+            store=store,
             lease_s=settings.store.step_lease_s,
             retention_s=settings.store.idempotency_retention_s,
         ),
         PipelineSteps(runtime=runtime),
-        Leases(runtime=runtime, default_max_retries=settings.retries.max_retries, system_timeout_s=system_timeout_s),
+        Leases(
+            runtime=runtime,
+            store=store,
+            default_max_retries=settings.retries.max_retries,
+            system_timeout_s=system_timeout_s,
+        ),
         Backoff(
             max_retries=settings.retries.max_retries,
             min_backoff_ms=int(settings.retries.min_backoff_s * 1000),
@@ -303,7 +306,7 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
         tracer=tracer,
         sealer=sealer,
     )
-    middleware = build_middleware(settings, runtime, tracer=tracer)
+    middleware = build_middleware(settings, runtime, store, tracer=tracer)
     broker = make_broker(settings.broker, namespace=settings.namespace, middleware=middleware)
     broker.outbound = Outbound(
         sealer=sealer,

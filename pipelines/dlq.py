@@ -21,7 +21,7 @@ from pipelines.codec import MalformedMessage, decode_message
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
 from pipelines.errors import CannotReplay, DeadLetterError, DeadLetterNotFound, PipelinesError
 from pipelines.runtime import StepAddress
-from pipelines.store.base import RunStore
+from pipelines.store.roles import OnceMarks, StepReplays
 from pipelines.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -56,10 +56,14 @@ class DeadLetter:
 ReplayOutcome = Literal["replayed", "already done", "already replayed"]
 
 
+class ReplayStore(StepReplays, OnceMarks, Protocol):
+    """What a replay needs of the run store: reopen the step in its run, and replay a message once."""
+
+
 class DeadLetterQueues:
     """The dead-letter queues of one namespace (``app.dead_letters``)."""
 
-    def __init__(self, *, broker: _DeadLetterBroker, store: RunStore, retention_s: int) -> None:
+    def __init__(self, *, broker: _DeadLetterBroker, store: ReplayStore, retention_s: int) -> None:
         self.broker = broker
         self.store = store
         self.retention_s = retention_s

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from pipelines.errors import Cancelled
-from pipelines.store.base import RunStore
+from pipelines.store.roles import StepProgress
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ MIN_REPORT_INTERVAL_S = 0.5
 class Job:
     """What the worker knows about the message an actor is running (set by the ``Leases`` middleware)."""
 
-    store: RunStore
+    store: StepProgress
     run_id: str | None
     node: str | None
     lease_id: str | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.errors import InvalidActorOption
-from pipelines.store.base import RunStore
+from pipelines.store.roles import RateSlots
 
 _RATE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*")
 _PERIOD_S = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
@@ -49,7 +49,7 @@ def parse_rate(text: Any, *, owner: str) -> Rate:
 class RateLimiter:
     """Reserves publish slots in the run store."""
 
-    def __init__(self, store: RunStore) -> None:
+    def __init__(self, store: RateSlots) -> None:
         self.store = store
 
     def delays_ms(self, key: str, rate: Rate, count: int) -> list[int]:

@@ -7,13 +7,14 @@ from typing import Any
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
 from pipelines.sealing import Sealer
-from pipelines.store.base import RunStatus, RunStore
+from pipelines.store.base import RunStatus
+from pipelines.store.roles import RunViews
 
 
 class Run:
     """A pipeline run, by id. Cheap to create: every call reads the run store."""
 
-    def __init__(self, run_id: str, *, store: RunStore, created: bool = True, sealer: Sealer | None = None) -> None:
+    def __init__(self, run_id: str, *, store: RunViews, created: bool = True, sealer: Sealer | None = None) -> None:
         self.id = run_id
         self.created = created
         """False when an idempotency key returned an existing run."""

@@ -29,7 +29,8 @@ from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, Se
 from pipelines.naming import MAX_NAME_BYTES
 from pipelines.plan import Frame, Leaf, compile_plan
 from pipelines.sealing import Sealer, encrypts
-from pipelines.store.base import Advance, Claim, NewRun, RunStore
+from pipelines.store.base import Advance, Claim, NewRun
+from pipelines.store.roles import RunSteps
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Runtime:
     def __init__(
         self,
         *,
-        store: RunStore,
+        store: RunSteps,
         lease_s: float,
         max_result_bytes: int,
         tracer: trace.Tracer | None = None,

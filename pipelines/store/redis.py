@@ -3,7 +3,8 @@
 Keys (all under ``<namespace>:run:<id>``, all with the retention TTL): the run hash, ``:steps``
 (step id → JSON state), ``:starts``/``:entries`` (chain continuations), ``:results`` (results of
 steps that feed a chain) and ``:bar:<id>`` (one hash per parallel node: member index → result). State
-changes are published on the run key's channel, which is how ``wait`` blocks without polling.
+changes are published on the run key's channel, which is how ``wait`` blocks without polling. Each
+script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import redis
+from redis.commands.core import Script
 
 from pipelines.config import mask_url
 from pipelines.errors import StoreUnavailable
@@ -31,6 +33,7 @@ from pipelines.naming import (
     tick_key,
 )
 from pipelines.plan import Frame
+from pipelines.store import replies
 from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
@@ -41,8 +44,6 @@ from pipelines.store.base import (
     ReopenKind,
     RunState,
     RunStatus,
-    StepStatus,
-    shown_step_state,
 )
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
@@ -57,23 +58,25 @@ def _script(name: str) -> str:
     return resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class RedisRunStore:
-    """A :class:`~pipelines.store.base.RunStore` on Redis."""
+    """Every role of :class:`~pipelines.store.roles.RunStore`, on Redis.
 
-    def __init__(self, *, url: str, namespace: str, retention_s: int) -> None:
+    ``client`` is a client built already (the embedded mode's in-process server); ``url`` then only
+    names it in errors.
+    """
+
+    def __init__(self, *, url: str, namespace: str, retention_s: int, client: redis.Redis | None = None) -> None:
         self._url = url
         self._namespace = namespace
         self._retention_ms = retention_s * 1000
-        self._redis = redis.Redis.from_url(
-            url,
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=SOCKET_TIMEOUT_S,
-            health_check_interval=30,
-        )
+        if client is None:
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=SOCKET_TIMEOUT_S,
+                socket_connect_timeout=SOCKET_TIMEOUT_S,
+                health_check_interval=30,
+            )
+        self._redis = client
         self._create = self._redis.register_script(_script("create"))
         self._claim = self._redis.register_script(_script("claim"))
         self._complete = self._redis.register_script(_script("complete"))
@@ -111,6 +114,11 @@ class RedisRunStore:
                 "Try `docker compose up -d redis`, or set store.url in config.toml."
             ) from None
 
+    def _run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`)."""
+        with self._answering():
+            return script(keys=keys, args=args)
+
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
 
@@ -142,74 +150,38 @@ class RedisRunStore:
             for run in runs:
                 keys, args = self._create_arguments(run)
                 self._create(keys=keys, args=args, client=pipe)
-            replies = cast(list[list[Any]], pipe.execute())
-        return [(_text(run_id), bool(created)) for created, run_id in replies]
+            created = pipe.execute()
+        return [replies.create(reply) for reply in created]
 
     def recent_runs(self, limit: int) -> list[str]:
         with self._answering():
             ids = self._redis.zrevrange(recent_runs_key(self._namespace), 0, limit - 1)
-        return [_text(run_id) for run_id in ids]
+        return [replies.text(run_id) for run_id in ids]
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         with self._answering():
             run_id = self._redis.get(run_idempotency_key(self._namespace, idempotency_key))
-        return _text(run_id) if run_id is not None else None
+        return replies.text(run_id) if run_id is not None else None
 
     def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
-        with self._answering():
-            reply = cast(list[Any], self._claim(keys=[self._key(run_id)], args=[node, lease_ms, attempt]))
-        kind = _text(reply[0])
-        if kind == "run":
-            return Claim("run", attempt=int(reply[1]))
-        if kind == "busy":
-            return Claim("busy", wait_ms=int(reply[1]))
-        if kind == "stopped":
-            return Claim("stopped", run_state=_text(reply[1]))
-        return Claim(cast(Any, kind))
+        return replies.claim(self._run(self._claim, [self._key(run_id)], [node, lease_ms, attempt]))
 
     def complete_step(
         self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
     ) -> Advance:
         frames = orjson.dumps([f.to_json() for f in up])
         args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent]
-        with self._answering():
-            reply = cast(list[Any], self._complete(keys=[self._key(run_id)], args=args))
-        kind = _text(reply[0])
-        if kind == "start":
-            leaves = _text(reply[3]) if reply[3] is not None else "[]"
-            return Advance(
-                "start",
-                node=_text(reply[1]),
-                value_json=_text(reply[2]),
-                leaves_json=leaves,
-                member_trace_parents=tuple(_text(reply[4]).split()),
-                chord_wait_ms=int(reply[5]) if _text(reply[4]) or int(reply[5]) else None,
-            )
-        if kind == "done":
-            return Advance(
-                "done",
-                value_json=_text(reply[1]),
-                run_created_at_ms=int(reply[2]),
-                member_trace_parents=tuple(_text(reply[3]).split()),
-                chord_wait_ms=int(reply[4]) if _text(reply[3]) or int(reply[4]) else None,
-            )
-        return Advance(cast(Any, kind))
+        return replies.complete(self._run(self._complete, [self._key(run_id)], args))
 
     def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
-        with self._answering():
-            reply = cast(
-                list[Any],
-                self._fail(keys=[self._key(run_id)], args=[node, error, "1" if final else "0", self._retention_ms]),
-            )
-        return int(reply[1]) if int(reply[0]) else None
+        args = [node, error, "1" if final else "0", self._retention_ms]
+        return replies.fail(self._run(self._fail, [self._key(run_id)], args))
 
     def fail_run(self, run_id: str, error: str) -> None:
-        with self._answering():
-            self._finish(keys=[self._key(run_id)], args=["failed", error, self._retention_ms])
+        replies.finish(self._run(self._finish, [self._key(run_id)], ["failed", error, self._retention_ms]))
 
     def cancel_run(self, run_id: str) -> bool:
-        with self._answering():
-            return bool(self._finish(keys=[self._key(run_id)], args=["cancelled", "", self._retention_ms]))
+        return replies.finish(self._run(self._finish, [self._key(run_id)], ["cancelled", "", self._retention_ms]))
 
     def get_run(self, run_id: str) -> RunStatus | None:
         key = self._key(run_id)
@@ -218,14 +190,12 @@ class RedisRunStore:
             pipe.hgetall(key)
             pipe.hgetall(key + ":steps")
             record, steps = cast(list[dict[bytes, bytes]], pipe.execute())
-        if not record:
-            return None
-        return _snapshot(record, steps)
+        return replies.run_status(record, steps)
 
     def run_state(self, run_id: str) -> RunState | None:
         with self._answering():
             state = self._redis.hget(self._key(run_id), "status")
-        return cast(RunState, _text(state)) if state is not None else None
+        return cast(RunState, replies.text(state)) if state is not None else None
 
     def wait_run(
         self,
@@ -262,25 +232,20 @@ class RedisRunStore:
         return self.get_run(run_id)
 
     def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
-        with self._answering():
-            reply = cast(list[Any], self._reopen(keys=[self._key(run_id)], args=[node, self._retention_ms]))
-        return cast(ReopenKind, _text(reply[0])), _text(reply[1]) if len(reply) > 1 else None
+        return replies.reopen(self._run(self._reopen, [self._key(run_id)], [node, self._retention_ms]))
 
     def _idempotency_key(self, key: str) -> str:
         return idempotency_record_key(self._namespace, key)
 
     def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
-        with self._answering():
-            reply = cast(list[Any], self._key_claim(keys=[self._idempotency_key(key)], args=[holder, lease_ms]))
-        return cast(KeyClaimKind, _text(reply[0])), int(reply[1]) if len(reply) > 1 else 0
+        return replies.key_claim(self._run(self._key_claim, [self._idempotency_key(key)], [holder, lease_ms]))
 
     def finish_key(self, key: str, *, retention_s: int) -> None:
         with self._answering():
             self._redis.set(self._idempotency_key(key), "done", ex=retention_s)
 
     def release_key(self, key: str, *, holder: str) -> None:
-        with self._answering():
-            self._key_release(keys=[self._idempotency_key(key)], args=[holder])
+        replies.key_release(self._run(self._key_release, [self._idempotency_key(key)], [holder]))
 
     def mark_once(self, key: str, *, retention_s: int) -> bool:
         with self._answering():
@@ -292,47 +257,32 @@ class RedisRunStore:
 
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
         args = [node, "" if fraction is None else repr(float(fraction)), text]
-        with self._answering():
-            state = self._progress(keys=[self._key(run_id)], args=args)
-        return _text(state) if state else None
+        return replies.progress(self._run(self._progress, [self._key(run_id)], args))
 
     def _lease(self, lease_id: str) -> str:
         return lease_key(self._namespace, lease_id)
 
     def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
-        with self._answering():
-            opened = self._lease_open(keys=[self._lease(lease_id)], args=[holder, lease_ms, record, self._retention_ms])
-        return bool(opened)
+        args = [holder, lease_ms, record, self._retention_ms]
+        return replies.lease_open(self._run(self._lease_open, [self._lease(lease_id)], args))
 
     def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
         ids = list(holders)
         if not ids:
             return []
-        with self._answering():
-            lost = cast(
-                list[int],
-                self._lease_renew(keys=[self._lease(i) for i in ids], args=[lease_ms, *(holders[i] for i in ids)]),
-            )
-        return [ids[index - 1] for index in lost]
+        keys = [self._lease(i) for i in ids]
+        return replies.lease_renew(self._run(self._lease_renew, keys, [lease_ms, *(holders[i] for i in ids)]), ids)
 
     def close_lease(self, lease_id: str) -> None:
         with self._answering():
             self._redis.delete(self._lease(lease_id))
 
     def take_expired_lease(self, lease_id: str) -> LeaseCheck:
-        with self._answering():
-            reply = cast(list[Any], self._lease_take(keys=[self._lease(lease_id)]))
-        kind = _text(reply[0])
-        if kind == "alive":
-            return LeaseCheck("alive", wait_ms=int(reply[1]))
-        if kind == "expired":
-            return LeaseCheck("expired", record=_text(reply[1]))
-        return LeaseCheck("gone")
+        return replies.lease_take(self._run(self._lease_take, [self._lease(lease_id)], []))
 
     def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
         keys = [tick_key(self._namespace, job, tick_ms), schedule_key(self._namespace, job)]
-        with self._answering():
-            return bool(self._tick_claim(keys=keys, args=[tick_ms, retention_s * 1000]))
+        return replies.tick_claim(self._run(self._tick_claim, keys, [tick_ms, retention_s * 1000]))
 
     def last_tick(self, job: str) -> int | None:
         with self._answering():
@@ -345,9 +295,7 @@ class RedisRunStore:
         return int(value) if value is not None else 0
 
     def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
-        with self._answering():
-            delays = cast(list[int], self._reserve(keys=[f"{self._namespace}:{key}"], args=[count, interval_ms]))
-        return [int(d) for d in delays]
+        return replies.reserve(self._run(self._reserve, [f"{self._namespace}:{key}"], [count, interval_ms]))
 
     def ping(self) -> None:
         with self._answering():
@@ -363,47 +311,3 @@ class RedisRunStore:
             for key in self._redis.scan_iter(match=f"{self._namespace}:*", count=1000):
                 deleted += int(self._redis.delete(key))
         return deleted
-
-
-def _int(record: dict[bytes, bytes], name: str) -> int | None:
-    value = record.get(name.encode())
-    return int(value) if value not in (None, b"") else None
-
-
-def _snapshot(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatus:
-    def field(name: str) -> str | None:
-        value = record.get(name.encode())
-        return value.decode() if value not in (None, b"") else None
-
-    run_state = field("status") or ""
-    step_list = []
-    for node, raw in steps.items():
-        data = orjson.loads(raw)
-        step_list.append(
-            StepStatus(
-                node=node.decode(),
-                actor=data["a"],
-                state=shown_step_state(run_state, data["s"]),
-                attempts=int(data.get("n", 0)),
-                started_at_ms=data.get("t0"),
-                finished_at_ms=data.get("t1"),
-                error=data.get("e"),
-                progress=data.get("p"),
-                progress_text=data.get("pt") or None,
-            )
-        )
-    step_list.sort(key=lambda s: [int(part) for part in s.node.split(".")])
-    return RunStatus(
-        run_id=field("id") or "",
-        pipeline=field("pipeline") or "",
-        state=cast(RunState, field("status")),
-        created_at_ms=_int(record, "created_at") or 0,
-        started_at_ms=_int(record, "started_at"),
-        finished_at_ms=_int(record, "finished_at"),
-        result_json=field("result"),
-        error=field("error"),
-        failed_step=field("failed_step"),
-        correlation_id=field("correlation_id"),
-        trace_id=field("trace_id"),
-        steps=tuple(step_list),
-    )

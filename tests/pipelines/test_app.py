@@ -24,7 +24,7 @@ from pipelines.middleware import (
     Tracing,
 )
 from pipelines.runtime import Runtime
-from pipelines.store import MemoryRunStore
+from pipelines.store import embedded_store
 from pipelines.testing import embedded_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +42,10 @@ TOP = {
 
 def test_the_middleware_run_in_one_documented_order() -> None:
     settings = embedded_settings()
-    runtime = Runtime(store=MemoryRunStore(retention_s=60), lease_s=1, max_result_bytes=1)
+    store = embedded_store(namespace="unit", retention_s=60)
+    runtime = Runtime(store=store, lease_s=1, max_result_bytes=1)
 
-    order = [type(m) for m in build_middleware(settings, runtime)]
+    order = [type(m) for m in build_middleware(settings, runtime, store)]
 
     assert order == [
         Profiles,

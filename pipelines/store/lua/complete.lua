@@ -2,10 +2,11 @@
 -- KEYS[1] run key; ARGV: step id, value json ('' to re-drive), frames json, retention_ms,
 --       the step's trace parent ('' if not traced)
 -- Frames are the step's ancestors, nearest first: {kind ('c' chain | 'p' parallel), id, index, count}.
--- Returns {'start', step id, value, leaves json, member trace parents, chord wait ms}
---       | {'waiting'} | {'done', value, created_at, member trace parents, chord wait ms} | {'duplicate'}
---       | {'stopped', run_status} | {'missing'}
--- (member trace parents and chord wait describe the last barrier the step released, if any)
+-- Returns {'start', step id, value, leaves json, released, member trace parents, chord wait ms}
+--       | {'waiting'} | {'done', value, created_at, released, member trace parents, chord wait ms}
+--       | {'duplicate'} | {'stopped', run_status} | {'missing'}
+-- (released is 1 when the step released a barrier; then member trace parents and chord wait describe
+-- the last one it released)
 local run = KEYS[1]
 local node = ARGV[1]
 local ttl = tonumber(ARGV[4])
@@ -64,7 +65,7 @@ local function past_deadline()
   return false
 end
 
-local links, wait = '', 0
+local released, links, wait = 0, '', 0
 for _, frame in ipairs(frames) do
   local kind, parent, index, count = frame[1], frame[2], frame[3], frame[4]
   if kind == 'c' then
@@ -72,7 +73,7 @@ for _, frame in ipairs(frames) do
       local child = parent .. '.' .. (index + 1)
       if redrive and already_started(child) then return {'duplicate'} end
       if past_deadline() then return {'stopped', 'failed'} end
-      return {'start', child, value, redis.call('HGET', run .. ':starts', child), links, wait}
+      return {'start', child, value, redis.call('HGET', run .. ':starts', child), released, links, wait}
     end
   else
     local barrier = run .. ':bar:' .. parent
@@ -97,6 +98,7 @@ for _, frame in ipairs(frames) do
       else table.insert(parents, described[j + 1]) end
     end
     links = table.concat(parents, ' ')
+    released = 1
   end
 end
 
@@ -105,4 +107,4 @@ redis.call('PUBLISH', run, 'succeeded')
 for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
   redis.call('PEXPIRE', key, ttl)
 end
-return {'done', value, redis.call('HGET', run, 'created_at'), links, wait}
+return {'done', value, redis.call('HGET', run, 'created_at'), released, links, wait}

@@ -1,0 +1,191 @@
+"""Each Lua script's reply, decoded by one typed function named after the script.
+
+The shapes are documented at the top of each script in ``lua/``. Redis hands a script's strings over
+as bytes, its numbers as ints, its tables as lists and ``false``/``nil`` as None; nothing outside
+this module indexes a reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import orjson
+
+from pipelines.store.base import (
+    Advance,
+    AdvanceKind,
+    Claim,
+    ClaimKind,
+    KeyClaimKind,
+    LeaseCheck,
+    ReopenKind,
+    RunState,
+    RunStatus,
+    StepStatus,
+    shown_step_state,
+)
+
+
+def text(value: Any) -> str:
+    """A reply's string (bytes from Redis, or an int Redis sent as a number)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def create(reply: Any) -> tuple[str, bool]:
+    """``create.lua``: (run id, created), the id being that of the existing run for a known key."""
+    created, run_id = reply
+    return text(run_id), bool(created)
+
+
+def claim(reply: Any) -> Claim:
+    """``claim.lua``: whether the step runs now."""
+    kind = cast(ClaimKind, text(reply[0]))
+    if kind == "run":
+        return Claim("run", attempt=int(reply[1]))
+    if kind == "busy":
+        return Claim("busy", wait_ms=int(reply[1]))
+    if kind == "stopped":
+        return Claim("stopped", run_state=text(reply[1]))
+    return Claim(kind)
+
+
+def complete(reply: Any) -> Advance:
+    """``complete.lua``: what follows the step; the barrier fields only when it released one."""
+    kind = cast(AdvanceKind, text(reply[0]))
+    if kind == "start":
+        _, node, value, leaves, *barrier = reply
+        parents, wait_ms = _barrier(*barrier)
+        leaves_json = text(leaves) if leaves is not None else "[]"
+        return Advance(
+            "start",
+            node=text(node),
+            value_json=text(value),
+            leaves_json=leaves_json,
+            member_trace_parents=parents,
+            chord_wait_ms=wait_ms,
+        )
+    if kind == "done":
+        _, value, created_at, *barrier = reply
+        parents, wait_ms = _barrier(*barrier)
+        return Advance(
+            "done",
+            value_json=text(value),
+            run_created_at_ms=int(created_at),
+            member_trace_parents=parents,
+            chord_wait_ms=wait_ms,
+        )
+    return Advance(kind)
+
+
+def _barrier(released: Any, links: Any, wait_ms: Any) -> tuple[tuple[str, ...], int | None]:
+    if not int(released):
+        return (), None
+    return tuple(text(links).split()), int(wait_ms)
+
+
+def fail(reply: Any) -> int | None:
+    """``fail.lua``: the run's creation time (epoch ms) when this failure failed the run, else None."""
+    return int(reply[1]) if int(reply[0]) else None
+
+
+def finish(reply: Any) -> bool:
+    """``finish.lua``: whether the run was still going (and now ended)."""
+    return bool(reply)
+
+
+def reopen(reply: Any) -> tuple[ReopenKind, str | None]:
+    """``reopen.lua``: (outcome, run state of a stopped run)."""
+    return cast(ReopenKind, text(reply[0])), text(reply[1]) if len(reply) > 1 else None
+
+
+def key_claim(reply: Any) -> tuple[KeyClaimKind, int]:
+    """``key_claim.lua``: (outcome, ms the holder's lease has left when busy)."""
+    return cast(KeyClaimKind, text(reply[0])), int(reply[1]) if len(reply) > 1 else 0
+
+
+def key_release(reply: Any) -> bool:
+    """``key_release.lua``: whether this holder still held the key (and let it go)."""
+    return bool(reply)
+
+
+def progress(reply: Any) -> str | None:
+    """``progress.lua``: the run's state, or None for an unknown run."""
+    return text(reply) if reply else None
+
+
+def lease_open(reply: Any) -> bool:
+    """``lease_open.lua``: whether the lease was opened (False: one was open already)."""
+    return bool(reply)
+
+
+def lease_renew(reply: Any, lease_ids: Sequence[str]) -> list[str]:
+    """``lease_renew.lua``: the leases of ``lease_ids`` (in the order sent) this worker no longer holds."""
+    return [lease_ids[int(index) - 1] for index in reply]
+
+
+def lease_take(reply: Any) -> LeaseCheck:
+    """``lease_take.lua``: the watchdog's look at the lease."""
+    kind = text(reply[0])
+    if kind == "alive":
+        return LeaseCheck("alive", wait_ms=int(reply[1]))
+    if kind == "expired":
+        return LeaseCheck("expired", record=text(reply[1]))
+    return LeaseCheck("gone")
+
+
+def tick_claim(reply: Any) -> bool:
+    """``tick_claim.lua``: whether this was the tick's first claim."""
+    return bool(reply)
+
+
+def reserve(reply: Any) -> list[int]:
+    """``reserve.lua``: ms until each reserved slot."""
+    return [int(delay) for delay in reply]
+
+
+def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatus | None:
+    """A run from its hash and its steps hash (``get_run``), or None when the run is unknown."""
+    if not record:
+        return None
+
+    def field(name: str) -> str | None:
+        value = record.get(name.encode())
+        return value.decode() if value not in (None, b"") else None
+
+    def number(name: str) -> int | None:
+        value = field(name)
+        return int(value) if value is not None else None
+
+    run_state = field("status") or ""
+    step_list = []
+    for node, raw in steps.items():
+        data = orjson.loads(raw)
+        step_list.append(
+            StepStatus(
+                node=node.decode(),
+                actor=data["a"],
+                state=shown_step_state(run_state, data["s"]),
+                attempts=int(data.get("n", 0)),
+                started_at_ms=data.get("t0"),
+                finished_at_ms=data.get("t1"),
+                error=data.get("e"),
+                progress=data.get("p"),
+                progress_text=data.get("pt") or None,
+            )
+        )
+    step_list.sort(key=lambda s: [int(part) for part in s.node.split(".")])
+    return RunStatus(
+        run_id=field("id") or "",
+        pipeline=field("pipeline") or "",
+        state=cast(RunState, field("status")),
+        created_at_ms=number("created_at") or 0,
+        started_at_ms=number("started_at"),
+        finished_at_ms=number("finished_at"),
+        result_json=field("result"),
+        error=field("error"),
+        failed_step=field("failed_step"),
+        correlation_id=field("correlation_id"),
+        trace_id=field("trace_id"),
+        steps=tuple(step_list),
+    )

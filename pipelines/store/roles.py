@@ -1,0 +1,198 @@
+"""The run store's roles: each consumer takes only the one it uses, so a test double stays small.
+
+============== ================================================ =====================================
+role           what it holds                                    used by
+============== ================================================ =====================================
+RunSteps       runs started and advanced step by step           the runtime
+RunViews       runs read, awaited and cancelled by callers      ``Run`` handles, the app, the CLI
+StepProgress   a running step's progress reports                ``progress.Job``
+StepReplays    a dead-lettered step reopened in its run         dead-letter replays
+OnceMarks      "this happened once" marks                       dead-letter replays, missed ticks
+KeyClaims      idempotency keys of standalone messages          the ``Idempotency`` middleware
+JobLeases      leases of long-running jobs                      the ``Leases`` middleware
+ScheduleTicks  claims of scheduled jobs' ticks                  the ``Schedules`` middleware
+RateSlots      slots of producer-side rate limits               ``RateLimiter``
+StoreLifecycle a health check and the connection's end          the app
+============== ================================================ =====================================
+
+:class:`RunStore` is all of them, for the composition root. Every role has contract tests under
+``tests/pipelines/store/`` that every backend passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from pipelines.plan import Frame
+from pipelines.store.base import Advance, Claim, KeyClaimKind, LeaseCheck, NewRun, ReopenKind, RunState, RunStatus
+
+
+class RunStates(Protocol):
+    """The one read both the runtime and callers need: a run's state alone."""
+
+    def run_state(self, run_id: str) -> RunState | None:
+        """Only the run's state (no steps read), or None if unknown or past retention."""
+
+
+class RunSteps(RunStates, Protocol):
+    """Runs started and advanced step by step, each decision atomic."""
+
+    def create_run(self, run: NewRun) -> tuple[str, bool]:
+        """Record a new run; returns (run id, created). An existing idempotency key returns its run."""
+
+    def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        """:meth:`create_run` for several runs, in one round trip."""
+
+    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
+        """Mark a step running under a lease, unless it must not run now (see :class:`Claim`).
+
+        ``attempt`` is the message's own attempt number (1 + Dramatiq's retries): a newer attempt of a
+        step still marked running is the retry of that step, not a duplicate.
+        """
+
+    def complete_step(
+        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
+    ) -> Advance:
+        """Record a step's result and decide what follows, atomically.
+
+        ``value_json=None`` re-drives a step that already succeeded: the continuation is returned again
+        only if it never started, so a lost publish is repaired and a duplicate does nothing.
+        """
+
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
+        """Record a failed attempt; a final failure fails the run (the first one wins).
+
+        Returns:
+            When this call failed the run: the run's creation time (epoch ms); else None.
+        """
+
+    def fail_run(self, run_id: str, error: str) -> None:
+        """Fail a run that could not be started (its first publish failed)."""
+
+
+class RunViews(RunStates, Protocol):
+    """Runs as callers see them: read, awaited, cancelled, found by key or by age."""
+
+    def get_run(self, run_id: str) -> RunStatus | None:
+        """The run and every step, or None if unknown or past retention."""
+
+    def wait_run(
+        self,
+        run_id: str,
+        timeout_s: float | None,
+        on_change: Callable[[RunStatus], None] | None = None,
+    ) -> RunStatus | None:
+        """Block until the run ends or ``timeout_s`` passes (no polling); returns the latest snapshot."""
+
+    def cancel_run(self, run_id: str) -> bool:
+        """Cancel a run that has not finished; steps not started yet never run. False if it had ended."""
+
+    def run_for_key(self, idempotency_key: str) -> str | None:
+        """The id of the run an idempotency key started, if it is still retained."""
+
+    def recent_runs(self, limit: int) -> list[str]:
+        """Ids of the namespace's newest runs, newest first (at most the last 1,000)."""
+
+
+class StepProgress(Protocol):
+    """Progress reports of running steps."""
+
+    def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
+        """Record a running step's progress (``fraction`` None records nothing); returns the run's state."""
+
+
+class StepReplays(Protocol):
+    """A dead-lettered step given another chance in its run."""
+
+    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
+        """Let a dead-lettered step run again in its run (a failed run runs again).
+
+        Returns:
+            The outcome, and the run's state when the outcome is ``stopped`` (else None).
+        """
+
+
+class OnceMarks(Protocol):
+    """Marks that something happened once within a retention."""
+
+    def mark_once(self, key: str, *, retention_s: int) -> bool:
+        """True the first time ``key`` is marked within ``retention_s`` (replays, for instance)."""
+
+    def forget_once(self, key: str) -> None:
+        """Undo :meth:`mark_once` (what was marked did not happen after all)."""
+
+
+class KeyClaims(Protocol):
+    """Idempotency keys of standalone messages: claimed, finished or released."""
+
+    def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
+        """Claim an idempotency key: ("run", 0), ("done", 0) or ("busy", ms the lease has left)."""
+
+    def finish_key(self, key: str, *, retention_s: int) -> None:
+        """Remember ``key`` as done for ``retention_s``: later messages with it are skipped."""
+
+    def release_key(self, key: str, *, holder: str) -> None:
+        """Give up a claim after a failure (if ``holder`` still holds it), so a retry may claim it."""
+
+
+class JobLeases(Protocol):
+    """Leases of long-running jobs: opened, renewed by their worker, closed, taken over by a watchdog."""
+
+    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
+        """Open a long-running job's lease with its ``record`` (JSON); False if one is open already."""
+
+    def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
+        """Extend the leases (lease id → holder) this worker holds; returns those it no longer holds."""
+
+    def close_lease(self, lease_id: str) -> None:
+        """The job ended (or was handed to a retry): its watchdog has nothing left to do."""
+
+    def take_expired_lease(self, lease_id: str) -> LeaseCheck:
+        """Take over a lease whose holder stopped renewing it (atomically: one watchdog wins)."""
+
+
+class ScheduleTicks(Protocol):
+    """Claims of scheduled jobs' ticks, so two schedulers run a tick once."""
+
+    def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
+        """True for the first claim of a scheduled job's tick (which also becomes its last tick)."""
+
+    def last_tick(self, job: str) -> int | None:
+        """The latest tick of ``job`` that was claimed (epoch ms), if any."""
+
+    def tick_claims(self, job: str, tick_ms: int) -> int:
+        """How many times one tick was claimed (more than one: a second scheduler sent it too)."""
+
+
+class RateSlots(Protocol):
+    """Slots of producer-side rate limits."""
+
+    def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
+        """Reserve the next ``count`` slots ``interval_ms`` apart; returns the ms until each (rate limits)."""
+
+
+class StoreLifecycle(Protocol):
+    """The store's connection: checked, and released at the end."""
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable if the store does not answer."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class RunStore(
+    RunSteps,
+    RunViews,
+    StepProgress,
+    StepReplays,
+    OnceMarks,
+    KeyClaims,
+    JobLeases,
+    ScheduleTicks,
+    RateSlots,
+    StoreLifecycle,
+    Protocol,
+):
+    """Every role: what the composition root builds and hands out role by role."""

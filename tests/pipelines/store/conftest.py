@@ -1,0 +1,70 @@
+"""The store contract's backends and the runs its tests store.
+
+Every test that takes ``store`` runs once per backend in :data:`STORE_URLS`: the embedded store
+(``memory://``, no service) and the real Redis. A new backend joins by adding its ``store.url`` there
+(and to ``make_store``); the tests of every role then run on it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from pipelines.config import StoreConfig
+from pipelines.store import EMBEDDED_URL, NewRun, RedisRunStore, RunStore, make_store
+
+REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: Backend name (the test id) → the store.url that selects it.
+STORE_URLS = {"memory": EMBEDDED_URL, "redis": REDIS_URL}
+#: Backends that need the test services running.
+NEEDS_SERVICES = frozenset({"redis"})
+RETENTION_S = 3600
+
+NewChord = Callable[..., NewRun]
+
+
+@pytest.fixture(params=sorted(STORE_URLS))
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend a contract test runs on (its test id)."""
+    if request.param in NEEDS_SERVICES:
+        request.getfixturevalue("services")
+    return str(request.param)
+
+
+@pytest.fixture
+def store(store_backend: str) -> Iterator[RunStore]:
+    """A store of ``store_backend`` in a namespace of its own, deleted afterwards."""
+    config = StoreConfig(url=STORE_URLS[store_backend], retention_s=RETENTION_S)
+    made = make_store(config, namespace=f"t-{uuid.uuid4().hex[:10]}")
+    yield made
+    if isinstance(made, RedisRunStore):
+        made.delete_namespace()
+    made.close()
+
+
+@pytest.fixture
+def new_chord() -> NewChord:
+    """``new_chord(members, key=None, *, correlation_id, trace_id)``: a run of chain(parallel(members), callback).
+
+    Its steps: members ``0.0.<i>``, then the callback ``0.1``.
+    """
+
+    def new(
+        members: int, key: str | None = None, *, correlation_id: str | None = None, trace_id: str | None = None
+    ) -> NewRun:
+        steps = [(f"0.0.{i}", "member") for i in range(members)] + [("0.1", "callback")]
+        return NewRun(
+            run_id=uuid.uuid4().hex,
+            pipeline="chord",
+            steps=steps,
+            starts={"0.1": '[{"node": "0.1"}]'},
+            entries={"0.1": ["0.1"]},
+            idempotency_key=key,
+            correlation_id=correlation_id,
+            trace_id=trace_id,
+        )
+
+    return new
