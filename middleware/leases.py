@@ -36,7 +36,8 @@ from pipelines.codec import decode_message, encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso
 from pipelines.errors import PipelinesError, ServiceUnavailable
 from pipelines.middleware.deferral import put_off_while_store_down
-from pipelines.runtime import Runtime, StepAddress
+from pipelines.plan import StepAddress
+from pipelines.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

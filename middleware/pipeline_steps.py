@@ -27,7 +27,8 @@ from pipelines.errors import (
 )
 from pipelines.middleware.deferral import put_off, put_off_while_store_down
 from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
-from pipelines.runtime import Runtime, StepAddress
+from pipelines.plan import StepAddress
+from pipelines.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

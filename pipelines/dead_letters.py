@@ -17,6 +17,7 @@ from typing import Any
 import dramatiq
 
 from pipelines import options as opt
+from pipelines.plan import StepAddress
 
 #: Prefix of our headers on a dead letter.
 HEADER_PREFIX = "x-pipelines-"
@@ -82,7 +83,7 @@ def reason_for(
     routing_key: str | None = None,
 ) -> DeadLetterReason:
     """The reason to record for ``message``, dead-lettered because of ``exception`` (if any)."""
-    step = message.options.get(opt.STEP) or {}
+    step = StepAddress.best_effort(message)
     excerpt = message.options.get(opt.TRACEBACK)
     if exception is not None and excerpt is None:
         excerpt = "".join(traceback.format_exception(exception))
@@ -96,8 +97,8 @@ def reason_for(
         queue=queue,
         routing_key=routing_key,
         correlation_id=message.options.get(opt.CORRELATION),
-        run_id=step.get("run"),
-        step=step.get("node"),
+        run_id=step.run_id if step else None,
+        step=step.node if step else None,
         at=now_iso(),
     )
 

@@ -20,7 +20,7 @@ from pipelines import options as opt
 from pipelines.codec import MalformedMessage, decode_message
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
 from pipelines.errors import CannotReplay, DeadLetterError, DeadLetterNotFound, PipelinesError
-from pipelines.runtime import StepAddress
+from pipelines.plan import StepAddress
 from pipelines.store.base import RunStore
 from pipelines.topology import Topology
 
