@@ -36,6 +36,7 @@ from pipelines.codec import decode_message, encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso
 from pipelines.errors import PipelinesError, ServiceUnavailable
 from pipelines.middleware.deferral import put_off_while_store_down
+from pipelines.outcome import outcome_of
 from pipelines.plan import StepAddress
 from pipelines.runtime import Runtime
 
@@ -47,8 +48,6 @@ WATCHDOG = "pipelines_lease_watchdog"
 WATCHDOG_QUEUE = "pipelines"
 #: How long after a lease would lapse its watchdog looks, in ms.
 WATCHDOG_MARGIN_MS = 1000
-#: Proxy attribute holding the message's job.
-_JOB = "pipelines_job"
 
 
 class Leases(Middleware):
@@ -119,7 +118,7 @@ class Leases(Middleware):
         self._enter(message, job)
 
     def _enter(self, message: dramatiq.broker.MessageProxy, job: progress.Job) -> None:
-        setattr(message, _JOB, job)
+        outcome_of(message).job = job
         progress.enter(job)
 
     def after_process_message(
@@ -136,7 +135,7 @@ class Leases(Middleware):
         self._leave(message)
 
     def _leave(self, message: dramatiq.broker.MessageProxy) -> None:
-        job: progress.Job | None = getattr(message, _JOB, None)
+        job = outcome_of(message).job
         if job is None:
             return
         progress.leave()

@@ -16,7 +16,6 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from pipelines.dead_letters import fail_message
 from pipelines.errors import (
     Cancelled,
     DefinitionError,
@@ -26,7 +25,7 @@ from pipelines.errors import (
     ServiceUnavailable,
 )
 from pipelines.middleware.deferral import put_off, put_off_while_store_down
-from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
+from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
 from pipelines.runtime import Runtime
 
@@ -71,7 +70,7 @@ class PipelineSteps(Middleware):
         if claim.kind == "busy":
             put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
         elif claim.kind == "done":
-            setattr(message, DUPLICATE_ATTRIBUTE, True)
+            outcome_of(message).duplicate = True
             self._redrive(broker, message, address)
         elif claim.kind == "missing":
             logger.error(

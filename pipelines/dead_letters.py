@@ -103,22 +103,6 @@ def reason_for(
     )
 
 
-def fail_message(message: dramatiq.broker.MessageProxy, why: str, exception: BaseException | None = None) -> None:
-    """Mark a message for the dead-letter queue, saying why (and with which error) for its reason."""
-    setattr(message, FAILURE_ATTRIBUTE, why)
-    if exception is not None:
-        setattr(message, FAILURE_EXCEPTION_ATTRIBUTE, exception)
-    message.fail()
-
-
-#: Attribute of a message proxy under which middleware leave the reason for the broker's nack.
-REASON_ATTRIBUTE = "dead_letter_reason"
-#: Attribute of a message proxy saying why it failed ("retries exhausted", "permanent error", ...).
-FAILURE_ATTRIBUTE = "failure"
-#: Attribute of a message proxy holding the error that failed it, when the worker did not see one.
-FAILURE_EXCEPTION_ATTRIBUTE = "failure_exception"
-
-
 @dataclass(frozen=True)
 class RawDeadLetter:
     """A dead letter as its queue holds it."""

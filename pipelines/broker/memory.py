@@ -22,10 +22,11 @@ from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.codec import decode_message, encode_message
 from pipelines.config import BrokerConfig
-from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter
-from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, resolve
+from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
+from pipelines.delivery import resolve
 from pipelines.errors import DefinitionError, Unroutable
 from pipelines.outbound import Outbound
+from pipelines.outcome import outcome_of
 from pipelines.routing import route_of, topic_matches
 from pipelines.topology import Topology
 
@@ -123,7 +124,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         """Keep a message as a dead letter of ``queue`` with ``reason`` (see ``ExchangeBroker``)."""
         message = decode_message(body)
         proxy = dramatiq.broker.MessageProxy(message)
-        setattr(proxy, REASON_ATTRIBUTE, reason)
+        outcome_of(proxy).dead_letter = reason
         self.dead_letters_by_queue[message.queue_name].append(proxy)
 
     def _prepare(
@@ -148,7 +149,7 @@ class MemoryBroker(HookDispatch, StubBroker):
                 source = topology.actor_queues.get(proxy.actor_name, "")
                 if naming.dead_letter_queue(source) != queue:
                     continue
-                reason: DeadLetterReason | None = getattr(proxy, REASON_ATTRIBUTE, None)
+                reason = outcome_of(proxy).dead_letter
                 headers = reason.to_headers() if reason else {}
                 letter = RawDeadLetter(queue, encode_message(proxy._message), headers, proxy.message_id)
                 entries.append((proxies, index, letter))
@@ -191,14 +192,14 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
         return next(self.inner)
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if getattr(message, REQUEUE_ATTRIBUTE, False):
+        if outcome_of(message).requeue_in_place:
             # Memory queues have no head to return to: the retry goes to the back (order is not kept).
             copy = message._message.copy(options={opt.RETRIES: int(message.options.get(opt.RETRIES, 0)) + 1})
             self.queue.put(encode_message(copy))
         self.inner.ack(message)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if getattr(message, DROP_ATTRIBUTE, False):
+        if outcome_of(message).drop:
             self.inner.ack(message)
         else:
             self.inner.nack(message)

@@ -47,8 +47,8 @@ from pipelines.broker.publisher import (
 )
 from pipelines.codec import MalformedMessage, decode_message, encode_message
 from pipelines.config import BrokerConfig, mask_url
-from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter, now_iso, reason_for
-from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, UnresolvableMessage, resolve
+from pipelines.dead_letters import DeadLetterReason, RawDeadLetter, now_iso, reason_for
+from pipelines.delivery import UnresolvableMessage, resolve
 from pipelines.errors import (
     BrokerAccessRefused,
     BrokerUnavailable,
@@ -61,6 +61,7 @@ from pipelines.errors import (
     Unroutable,
 )
 from pipelines.outbound import Outbound
+from pipelines.outcome import outcome_of
 from pipelines.routing import route_of, topic_matches
 from pipelines.topology import DELAY_TIER_HEADER, Topology
 
@@ -525,7 +526,9 @@ class _Delivery(dramatiq.broker.MessageProxy):
         self.consumer = consumer
         self.queue = queue
         self.routing_key = routing_key
-        self.delivery_count = delivery_count
+        outcome = outcome_of(self)
+        outcome.queue = queue
+        outcome.delivery_count = delivery_count
         self.settled = False
         """Acknowledged already (a long-running job, on start): later settlements send nothing."""
 
@@ -701,7 +704,7 @@ class _GroupConsumer(dramatiq.broker.Consumer):
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
-        elif getattr(message, REQUEUE_ATTRIBUTE, False):
+        elif outcome_of(message).requeue_in_place:
             # Back to the head of its queue (quorum queues redeliver returned messages first).
             self._reject(message.tag, requeue=True)
         elif not message.settled:
@@ -712,14 +715,12 @@ class _GroupConsumer(dramatiq.broker.Consumer):
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
             return
         assert isinstance(message, _Delivery)
-        if getattr(message, DROP_ATTRIBUTE, False):
+        if outcome_of(message).drop:
             logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
             if not message.settled:
                 self._ack(message.tag)
             return
-        reason: DeadLetterReason = getattr(message, REASON_ATTRIBUTE, None) or reason_for(
-            message, reason="rejected", exception=message._exception
-        )
+        reason = outcome_of(message).dead_letter or reason_for(message, reason="rejected", exception=message._exception)
         reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
         body = encode_message(message._message)
         home = self._home(message.actor_name)
