@@ -16,6 +16,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
+from pipelines.broker.common import pipeline_broker
 from pipelines.errors import (
     Cancelled,
     DefinitionError,
@@ -86,7 +87,7 @@ class PipelineSteps(Middleware):
 
     def _redrive(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
         try:
-            self.runtime.redrive(broker, message, address)  # type: ignore[arg-type]
+            self.runtime.redrive(pipeline_broker(broker), message, address)
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
             fail_message(message, "could not advance the run")
@@ -124,7 +125,7 @@ class PipelineSteps(Middleware):
         result: Any,
     ) -> None:
         try:
-            self.runtime.complete(broker, message, address, result)  # type: ignore[arg-type]
+            self.runtime.complete(pipeline_broker(broker), message, address, result)
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
             self.runtime.fail(message, address, e, final=True)

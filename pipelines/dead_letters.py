@@ -4,15 +4,19 @@ Our consumers dead-letter by publishing the message to the namespace's dead-lett
 :class:`DeadLetterReason` in its headers (then acknowledging it). Messages RabbitMQ dead-letters by
 itself (a quorum queue's delivery limit, after a worker crashed on them repeatedly) carry RabbitMQ's
 ``x-death`` headers instead; :meth:`DeadLetterReason.from_headers` reads both.
+
+Both brokers implement :class:`DeadLetterAdmin`, what ``pipelines.dlq`` needs to list, replay and
+purge dead letters; a new broker implements it and passes ``tests/pipelines/broker/test_dead_letter_admin.py``.
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 
@@ -112,3 +116,32 @@ class RawDeadLetter:
     body: bytes
     headers: Mapping[str, Any]
     message_id: str
+
+
+class DeadLetterPublisher(Protocol):
+    """Dead-lettering a message that is no longer a delivery (a long-running job whose worker died)."""
+
+    def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
+        """Put ``body`` in the dead-letter queue of actor queue ``queue``, with ``reason``."""
+        ...
+
+
+class DeadLetterAdmin(DeadLetterPublisher, Protocol):
+    """The dead-letter queues of a broker's namespace: put, read, take and purge letters.
+
+    ``queue`` in the reading methods is a dead-letter queue (``naming.dead_letter_queue``); one that
+    does not exist (yet) holds no letters.
+    """
+
+    def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
+        """Up to ``limit`` dead letters of ``queue``, oldest first, left in place."""
+        ...
+
+    def taking_dead_letter(self, queue: str, message_id: str) -> AbstractContextManager[RawDeadLetter | None]:
+        """The dead letter ``message_id`` of ``queue`` (None if it is not there), removed from the queue
+        only if the block ends without an error."""
+        ...
+
+    def purge_dead_letters(self, queue: str) -> int:
+        """Delete every dead letter of ``queue``; returns how many there were."""
+        ...

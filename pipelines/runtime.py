@@ -21,7 +21,7 @@ import orjson
 from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
-from pipelines.broker import PipelineBroker
+from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id

@@ -167,7 +167,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         if found:
             found[0].pop(found[1])
 
-    def purge_queue(self, queue: str) -> int:
+    def purge_dead_letters(self, queue: str) -> int:
         """Delete every dead letter of ``queue`` (the only queues kept here between calls)."""
         entries = self._dead_letter_entries(queue)
         for proxies, index, _ in reversed(entries):

@@ -473,7 +473,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             if channel.is_open:
                 channel.close()
 
-    def purge_queue(self, queue: str) -> int:
+    def purge_dead_letters(self, queue: str) -> int:
         """Delete every message of ``queue``; returns how many there were."""
         try:
             return self._on_channel(lambda channel: int(channel.queue_purge(queue).method.message_count))
