@@ -9,14 +9,16 @@ from pipelines.broker.memory import MemoryBroker
 from pipelines.broker.rabbitmq import ExchangeBroker
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterAdmin
+from pipelines.outbound import Outbound
 
 __all__ = ["DeadLetterAdmin", "ExchangeBroker", "MemoryBroker", "PipelineBroker", "make_broker", "pipeline_broker"]
 
 
 def make_broker(
-    config: BrokerConfig, *, namespace: str, middleware: list[dramatiq.Middleware]
+    config: BrokerConfig, *, namespace: str, outbound: Outbound, middleware: list[dramatiq.Middleware]
 ) -> ExchangeBroker | MemoryBroker:
-    """The broker ``config.url`` names: ``memory://`` or RabbitMQ (``amqp://``, ``amqps://``)."""
+    """The broker ``config.url`` names: ``memory://`` or RabbitMQ (``amqp://``, ``amqps://``), preparing
+    what it publishes with ``outbound``."""
     if config.is_memory:
-        return MemoryBroker(config=config, namespace=namespace, middleware=middleware)
-    return ExchangeBroker(config=config, namespace=namespace, middleware=middleware)
+        return MemoryBroker(config=config, namespace=namespace, outbound=outbound, middleware=middleware)
+    return ExchangeBroker(config=config, namespace=namespace, outbound=outbound, middleware=middleware)

@@ -39,15 +39,15 @@ class MemoryBroker(HookDispatch, StubBroker):
         *,
         config: BrokerConfig,
         namespace: str,
+        outbound: Outbound,
         middleware: list[dramatiq.Middleware] | None = None,
     ) -> None:
         super().__init__(middleware=middleware, fail_fast_default=False)
         self.config = config
         self.namespace = namespace
+        self.outbound = outbound
         self.actor_options |= {opt.SUBSCRIBE}
         self.publish_count = 0
-        self.outbound = Outbound(warn_bytes=config.warn_message_bytes, large_policy=config.large_message_policy)
-        """Replaced by the composition root with one that can seal and rate-limit."""
         self._topology = TopologyCache(namespace=namespace, config=config)
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:

@@ -86,11 +86,13 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         *,
         config: BrokerConfig,
         namespace: str,
+        outbound: Outbound,
         middleware: list[dramatiq.Middleware] | None = None,
     ) -> None:
         super().__init__(url=config.url, confirm_delivery=config.confirm_delivery, middleware=middleware)
         self.config = config
         self.namespace = namespace
+        self.outbound = outbound
         parameters: Any = self.parameters
         parameters.heartbeat = config.heartbeat_s
         parameters.connection_attempts = config.connection_attempts
@@ -100,8 +102,6 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             parameters.ssl_options = _ssl_options(config)
         self.actor_options |= {opt.SUBSCRIBE}
         self.publish_count = 0
-        self.outbound = Outbound(warn_bytes=config.warn_message_bytes, large_policy=config.large_message_policy)
-        """Replaced by the composition root with one that can seal and rate-limit."""
         self._topology = TopologyCache(namespace=namespace, config=config)
         self._local = threading.local()
         self._publishers: set[ConfirmPublisher] = set()
