@@ -122,7 +122,7 @@ class DeadLetterPublisher(Protocol):
     """Dead-lettering a message that is no longer a delivery (a long-running job whose worker died)."""
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
-        """Put ``body`` in the dead-letter queue of actor queue ``queue``, with ``reason``."""
+        """Put ``body``, a message of ``queue``'s actor, in that actor queue's dead-letter queue with ``reason``."""
         ...
 
 

@@ -83,7 +83,7 @@ class StepAddress:
         if not isinstance(up, list):
             raise MalformedStepAddress(value, "'up' must be a list of frames")
         try:
-            frames = tuple(Frame.from_json(frame) for frame in up)
+            frames = tuple(map(Frame.from_json, up))
         except (TypeError, ValueError) as e:
             raise MalformedStepAddress(value, str(e)) from None
         return cls(run_id, node, frames)

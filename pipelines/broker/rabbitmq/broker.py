@@ -55,13 +55,14 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         """Prepares every message before it is encoded (see ``pipelines.outbound``)."""
         self.actor_options |= {opt.SUBSCRIBE}
         configure_parameters(self.parameters, config)
-        self.thread_connections = Connections(self.parameters, config)
+        self.thread_connections = Connections(parameters=self.parameters, config=config)
         """Each thread's publishing connection (Dramatiq's own ``connections`` stay unused)."""
         self._topology = TopologyCache(namespace=namespace, config=config)
-        self._declarer = Declarer(self.thread_connections, namespace=namespace)
-        self._publishing = Publishing(self.thread_connections, self._declarer, topology=lambda: self.topology)
+        connections = self.thread_connections
+        self._declarer = Declarer(connections=connections, namespace=namespace)
+        self._publishing = Publishing(connections=connections, declarer=self._declarer, topology=lambda: self.topology)
         self._dead_letters = RabbitDeadLetters(
-            self.thread_connections, self._declarer, self._publishing, ensure=self.ensure_topology
+            connections=connections, declarer=self._declarer, publishing=self._publishing, ensure=self.ensure_topology
         )
 
     @property

@@ -52,7 +52,7 @@ def dramatiq_error(kind: type[_E], text: str) -> _E:
 class Connections:
     """The publishing connection of each thread (see the module docstring)."""
 
-    def __init__(self, parameters: Any, config: BrokerConfig) -> None:
+    def __init__(self, *, parameters: Any, config: BrokerConfig) -> None:
         self.parameters = parameters
         self.config = config
         self._local = threading.local()

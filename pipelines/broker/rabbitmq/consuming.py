@@ -106,7 +106,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
                     self._queues_by_tag[tag] = queue
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
-        self.settlements = Settlements(self.connection, self.channel)
+        self.settlements = Settlements(connection=self.connection, channel=self.channel)
 
     def _closed(self, error: BaseException, text: str) -> ConnectionClosed:
         """Dramatiq's error for a lost consumer (its worker reconnects); after a 404 the topology is

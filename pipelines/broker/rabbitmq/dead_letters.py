@@ -26,7 +26,7 @@ class RabbitDeadLetters:
     """:class:`~pipelines.dead_letters.DeadLetterAdmin` on RabbitMQ (see the module docstring)."""
 
     def __init__(
-        self, connections: Connections, declarer: Declarer, publishing: Publishing, *, ensure: Callable[[], None]
+        self, *, connections: Connections, declarer: Declarer, publishing: Publishing, ensure: Callable[[], None]
     ) -> None:
         self.connections = connections
         self.declarer = declarer

@@ -26,7 +26,7 @@ MAX_DECLARE_ATTEMPTS = 2
 class Declarer:
     """Declares a namespace's topology in RabbitMQ (see the module docstring)."""
 
-    def __init__(self, connections: Connections, *, namespace: str) -> None:
+    def __init__(self, *, connections: Connections, namespace: str) -> None:
         self.connections = connections
         self.namespace = namespace
         self._lock = threading.Lock()

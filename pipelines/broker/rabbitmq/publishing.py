@@ -27,7 +27,7 @@ MAX_PUBLISH_ATTEMPTS = 3
 class Publishing:
     """Publishes batches for one broker (see the module docstring)."""
 
-    def __init__(self, connections: Connections, declarer: Declarer, *, topology: Callable[[], Topology]) -> None:
+    def __init__(self, *, connections: Connections, declarer: Declarer, topology: Callable[[], Topology]) -> None:
         self.connections = connections
         self.declarer = declarer
         self.topology = topology

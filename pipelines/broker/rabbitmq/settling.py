@@ -20,7 +20,7 @@ from pipelines.broker.rabbitmq.connections import dramatiq_error
 class Settlements:
     """Acks and nacks of one consumer's deliveries, sent in batches (see the module docstring)."""
 
-    def __init__(self, connection: Any, channel: Any) -> None:
+    def __init__(self, *, connection: Any, channel: Any) -> None:
         self.connection = connection
         self.channel = channel
         self._queued: deque[tuple[int, bool | None]] = deque()
