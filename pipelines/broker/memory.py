@@ -121,7 +121,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         """Nothing to do: no consumer timeout applies in memory (see ``ExchangeBroker``)."""
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
-        """Keep a message as a dead letter of ``queue`` with ``reason`` (see ``ExchangeBroker``)."""
+        """Keep a message of ``queue``'s actor as its dead letter, with ``reason`` (see ``DeadLetterAdmin``)."""
         message = decode_message(body)
         proxy = dramatiq.broker.MessageProxy(message)
         outcome_of(proxy).dead_letter = reason
@@ -156,7 +156,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         return entries
 
     def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
-        """Up to ``limit`` dead letters of ``queue`` (see ``ExchangeBroker.peek_dead_letters``)."""
+        """Up to ``limit`` dead letters of ``queue``, oldest first, left in place."""
         return [letter for _, _, letter in self._dead_letter_entries(queue)][:limit]
 
     @contextlib.contextmanager
