@@ -28,10 +28,9 @@ from dramatiq.common import compute_backoff
 from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
-from pipelines.dead_letters import MAX_TRACEBACK_CHARS, fail_message
-from pipelines.delivery import DELIVERY_COUNT_ATTRIBUTE, DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE
+from pipelines.dead_letters import MAX_TRACEBACK_CHARS
 from pipelines.errors import Cancelled, ConfigError, InvalidActorOption, PipelinesError
-from pipelines.middleware.metrics import RETRY_ATTRIBUTE
+from pipelines.outcome import fail_message, outcome_of
 
 logger = logging.getLogger(__name__)
 
@@ -109,9 +108,10 @@ class Backoff(Middleware):
             return None
         actor = broker.get_actor(message.actor_name)
         profile = actor.options.get(opt.PROFILE)
-        retries = max(int(message.options.get(opt.RETRIES, 0)), getattr(message, DELIVERY_COUNT_ATTRIBUTE, 0))
+        outcome = outcome_of(message)
+        retries = max(int(message.options.get(opt.RETRIES, 0)), outcome.delivery_count)
         if profile == "fire_and_forget":
-            setattr(message, DROP_ATTRIBUTE, True)
+            outcome.drop = True
         verdict = self._verdict(actor, message, retries, exception)
         if verdict is not None:
             return self._give_up(message, verdict)
@@ -131,7 +131,7 @@ class Backoff(Middleware):
             # Without the retry enqueued, acknowledging would lose the message: dead-letter it instead.
             logger.exception("Could not schedule retry %d of %s.", retries + 1, message.message_id)
             return self._give_up(message, "retry could not be scheduled")
-        setattr(message, RETRY_ATTRIBUTE, True)
+        outcome.retry_scheduled = True
         logger.info(
             "Retry %d of %s in %d ms after %s.", retries + 1, message.message_id, delay, type(exception).__name__
         )
@@ -170,8 +170,9 @@ class Backoff(Middleware):
             type(exception).__name__,
         )
         self._stopping.wait(delay_ms / 1000)
-        setattr(message, REQUEUE_ATTRIBUTE, True)
-        setattr(message, RETRY_ATTRIBUTE, True)
+        outcome = outcome_of(message)
+        outcome.requeue_in_place = True
+        outcome.retry_scheduled = True
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stopping.set()

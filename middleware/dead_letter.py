@@ -17,8 +17,8 @@ from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware
 
 from pipelines.context import MessageContext, about_message
-from pipelines.dead_letters import FAILURE_ATTRIBUTE, FAILURE_EXCEPTION_ATTRIBUTE, REASON_ATTRIBUTE, reason_for
-from pipelines.delivery import DROP_ATTRIBUTE
+from pipelines.dead_letters import reason_for
+from pipelines.outcome import outcome_of
 
 logger = logging.getLogger(__name__)
 
@@ -27,14 +27,15 @@ class DeadLetter(Middleware):
     """Leaves the reason of every rejection on the message (see the module docstring)."""
 
     def before_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        exception = getattr(message, FAILURE_EXCEPTION_ATTRIBUTE, None) or message._exception
-        why = getattr(message, FAILURE_ATTRIBUTE, None)
+        outcome = outcome_of(message)
+        exception = outcome.failure_error or message._exception
+        why = outcome.failure
         if why is None:
             why = "unknown actor" if isinstance(exception, ActorNotFound) else "rejected"
-        if getattr(message, DROP_ATTRIBUTE, False):
+        if outcome.drop:
             return  # a fire-and-forget message past its retries is dropped, not dead-lettered
         reason = reason_for(message, reason=why, exception=exception)
-        setattr(message, REASON_ATTRIBUTE, reason)
+        outcome.dead_letter = reason
         # One line per dead letter, whatever Dramatiq logged for the failure (an expected exception,
         # one in ``throws``, is only an info line there). Rejections run on the consumer thread,
         # outside the message's context: the line gets the message's ids explicitly.

@@ -6,8 +6,8 @@ import logging
 
 import dramatiq
 
-from pipelines.dead_letters import fail_message
 from pipelines.errors import PipelinesError
+from pipelines.outcome import fail_message
 
 logger = logging.getLogger(__name__)
 

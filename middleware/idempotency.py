@@ -24,18 +24,15 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines.dead_letters import fail_message
 from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
 from pipelines.middleware.deferral import put_off, put_off_while_store_down
-from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
+from pipelines.outcome import KeyClaim, fail_message, outcome_of
 from pipelines.store.roles import KeyClaims
 
 logger = logging.getLogger(__name__)
 
 #: Longest a message whose key another worker holds waits before it looks again, in ms.
 BUSY_RECHECK_MS = 30_000
-#: Proxy attribute holding this delivery's claim: (key, holder token).
-_CLAIM = "idempotency_claim"
 
 
 class Idempotency(Middleware):
@@ -99,11 +96,11 @@ class Idempotency(Middleware):
             put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         if outcome == "run":
-            setattr(message, _CLAIM, (key, holder))
+            outcome_of(message).key_claim = KeyClaim(key, holder)
             return
         if outcome == "done":
             self.duplicates_skipped += 1
-            setattr(message, DUPLICATE_ATTRIBUTE, True)
+            outcome_of(message).duplicate = True
             logger.info("Skipping %s: idempotency key %r is done already.", message.message_id, key)
         else:
             put_off(broker, message, min(wait_ms, BUSY_RECHECK_MS), f"another worker holds key {key!r}")
@@ -117,7 +114,7 @@ class Idempotency(Middleware):
         result: Any | None = None,
         exception: BaseException | None = None,
     ) -> None:
-        claim: tuple[str, str] | None = getattr(message, _CLAIM, None)
+        claim = outcome_of(message).key_claim
         if claim is None:
             return
         key, holder = claim

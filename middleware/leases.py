@@ -32,11 +32,14 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
 from pipelines import progress
+from pipelines.broker.common import PipelineBroker, pipeline_broker
 from pipelines.codec import decode_message, encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso
 from pipelines.errors import PipelinesError, ServiceUnavailable
 from pipelines.middleware.deferral import put_off_while_store_down
-from pipelines.runtime import Runtime, StepAddress
+from pipelines.outcome import outcome_of
+from pipelines.plan import StepAddress
+from pipelines.runtime import Runtime
 from pipelines.store.roles import JobLeases, StepProgress
 
 logger = logging.getLogger(__name__)
@@ -47,8 +50,6 @@ WATCHDOG = "pipelines_lease_watchdog"
 WATCHDOG_QUEUE = "pipelines"
 #: How long after a lease would lapse its watchdog looks, in ms.
 WATCHDOG_MARGIN_MS = 1000
-#: Proxy attribute holding the message's job.
-_JOB = "pipelines_job"
 
 
 class LeaseStore(JobLeases, StepProgress, Protocol):
@@ -70,13 +71,13 @@ class Leases(Middleware):
         self._lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None
         self._stop = threading.Event()
-        self._broker: Any = None
+        self._broker: PipelineBroker | None = None
 
     # -- declaration --------------------------------------------------------------------------------
 
     def after_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         if actor.options.get(opt.PROFILE) == "long_running" and WATCHDOG not in broker.actors:
-            self._broker = broker
+            self._broker = pipeline_broker(broker)
             declare = dramatiq.actor(
                 broker=broker,
                 actor_name=WATCHDOG,
@@ -121,11 +122,11 @@ class Leases(Middleware):
         with self._lock:
             self._held[lease_id] = (holder, lease_ms, job)
             self._ensure_heartbeat()
-        broker.acknowledge_early(message)  # type: ignore[attr-defined]
+        pipeline_broker(broker).acknowledge_early(message)
         self._enter(message, job)
 
     def _enter(self, message: dramatiq.broker.MessageProxy, job: progress.Job) -> None:
-        setattr(message, _JOB, job)
+        outcome_of(message).job = job
         progress.enter(job)
 
     def after_process_message(
@@ -142,7 +143,7 @@ class Leases(Middleware):
         self._leave(message)
 
     def _leave(self, message: dramatiq.broker.MessageProxy) -> None:
-        job: progress.Job | None = getattr(message, _JOB, None)
+        job = outcome_of(message).job
         if job is None:
             return
         progress.leave()
@@ -189,6 +190,7 @@ class Leases(Middleware):
     def _watch(self, lease_id: str) -> None:
         """Look at a lease when it would lapse: wait on, or recover the job of a dead worker."""
         broker = self._broker
+        assert broker is not None, "declared by after_declare_actor, which keeps the broker"
         check = self.store.take_expired_lease(lease_id)
         if check.kind == "gone":
             return
@@ -198,7 +200,7 @@ class Leases(Middleware):
         message = decode_message(orjson.loads(check.record or "{}")["message"].encode())
         self.recover(broker, message)
 
-    def recover(self, broker: dramatiq.Broker, message: dramatiq.Message[Any]) -> None:
+    def recover(self, broker: PipelineBroker, message: dramatiq.Message[Any]) -> None:
         """The job's worker died: run it again, or dead-letter it and fail its run, by ``on_lost``."""
         actor = broker.get_actor(message.actor_name)
         retries = int(message.options.get(opt.RETRIES, 0))
@@ -222,9 +224,9 @@ class Leases(Middleware):
             step=address.node if address else None,
             at=now_iso(),
         )
-        home = broker.topology.actor_queues[message.actor_name]  # type: ignore[attr-defined]
+        home = broker.topology.actor_queues[message.actor_name]
         body = encode_message(message)
-        broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)  # type: ignore[attr-defined]
+        broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)
         if address is not None:
             self.runtime.fail(dramatiq.broker.MessageProxy(message), address, WorkerLost(reason.error), final=True)
 

@@ -23,7 +23,7 @@ from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
 from pipelines.config import MetricsConfig
-from pipelines.delivery import DROP_ATTRIBUTE
+from pipelines.outcome import outcome_of
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -40,10 +40,6 @@ LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 #: File in the multiprocess directory listing the queues the metrics process samples.
 QUEUES_FILE = "queues.json"
-#: Proxy attribute a middleware sets when it skips a message as a duplicate.
-DUPLICATE_ATTRIBUTE = "skipped_as_duplicate"
-#: Proxy attribute ``Backoff`` sets when it scheduled a retry.
-RETRY_ATTRIBUTE = "retry_scheduled"
 
 
 def multiprocess_dir(config: MetricsConfig, namespace: str) -> Path:
@@ -156,7 +152,7 @@ class Metrics(Middleware):
     def _head_started(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Note when the newest message started from its RabbitMQ queue was published: the messages still
         waiting there are younger, which bounds the age of the oldest (see ``pipelines.exposition``)."""
-        queue: str | None = getattr(message, "queue", None)  # the RabbitMQ queue it arrived on
+        queue = outcome_of(message).queue
         if queue is None:
             topology = getattr(broker, "topology", None)
             queue = topology.actor_queues.get(message.actor_name) if topology is not None else None
@@ -188,18 +184,18 @@ class Metrics(Middleware):
         self._child("processed", *labels).inc()
         if exception is not None:
             self._child("failed", *labels).inc()
-        if getattr(message, RETRY_ATTRIBUTE, False):
+        if outcome_of(message).retry_scheduled:
             self._child("retried", *labels).inc()
         if "scheduled_at" in message.options:
             self._metric("schedule_last_run").labels(message.actor_name).set(time.time())
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         labels = self._finish(message)
-        if getattr(message, DUPLICATE_ATTRIBUTE, False):
+        if outcome_of(message).duplicate:
             self._child("duplicates", *labels).inc()
 
     def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        dropped = getattr(message, DROP_ATTRIBUTE, False)
+        dropped = outcome_of(message).drop
         self._child("dropped" if dropped else "dead_lettered", message.queue_name, message.actor_name).inc()
 
     # -- runs (the runtime calls these: see pipelines.runtime.RunListener) ---------------------------

@@ -18,8 +18,8 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines.dead_letters import fail_message
 from pipelines.middleware.deferral import put_off
+from pipelines.outcome import fail_message
 from pipelines.payloads import (
     InvalidArguments,
     InvalidPayload,

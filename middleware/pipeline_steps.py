@@ -16,7 +16,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
-from pipelines.dead_letters import fail_message
+from pipelines.broker.common import pipeline_broker
 from pipelines.errors import (
     Cancelled,
     DefinitionError,
@@ -26,8 +26,9 @@ from pipelines.errors import (
     ServiceUnavailable,
 )
 from pipelines.middleware.deferral import put_off, put_off_while_store_down
-from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
-from pipelines.runtime import Runtime, StepAddress
+from pipelines.outcome import fail_message, outcome_of
+from pipelines.plan import StepAddress
+from pipelines.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class PipelineSteps(Middleware):
         if claim.kind == "busy":
             put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
         elif claim.kind == "done":
-            setattr(message, DUPLICATE_ATTRIBUTE, True)
+            outcome_of(message).duplicate = True
             self._redrive(broker, message, address)
         elif claim.kind == "missing":
             logger.error(
@@ -86,7 +87,7 @@ class PipelineSteps(Middleware):
 
     def _redrive(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
         try:
-            self.runtime.redrive(broker, message, address)  # type: ignore[arg-type]
+            self.runtime.redrive(pipeline_broker(broker), message, address)
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
             fail_message(message, "could not advance the run")
@@ -124,7 +125,7 @@ class PipelineSteps(Middleware):
         result: Any,
     ) -> None:
         try:
-            self.runtime.complete(broker, message, address, result)  # type: ignore[arg-type]
+            self.runtime.complete(pipeline_broker(broker), message, address, result)
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
             self.runtime.fail(message, address, e, final=True)

@@ -23,7 +23,7 @@ from periodiq import cron
 from pipelines import options as opt
 from pipelines.errors import ServiceUnavailable
 from pipelines.middleware.deferral import put_off_while_store_down
-from pipelines.middleware.metrics import DUPLICATE_ATTRIBUTE
+from pipelines.outcome import outcome_of
 from pipelines.schedules import enter_tick, missed_ticks, tick_of
 from pipelines.store.roles import OnceMarks, ScheduleTicks
 
@@ -80,7 +80,7 @@ class Schedules(Middleware):
             raise SkipMessage from None
         if not first:
             logger.info("Skipping %s: tick %s of %s ran already.", message.message_id, scheduled_at, message.actor_name)
-            setattr(message, DUPLICATE_ATTRIBUTE, True)
+            outcome_of(message).duplicate = True
             raise SkipMessage
         enter_tick(tick)
 

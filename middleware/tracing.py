@@ -26,6 +26,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from pipelines import naming
 from pipelines import options as opt
+from pipelines.plan import StepAddress
 from pipelines.routing import route_of
 
 #: Publishes whose span was started but not ended (their publish raised) kept at most, per thread.
@@ -40,10 +41,10 @@ def _message_attributes(message: dramatiq.Message[Any] | dramatiq.broker.Message
     correlation = options.get(opt.CORRELATION)
     if correlation:
         attributes["messaging.message.conversation_id"] = correlation
-    step = options.get(opt.STEP)
-    if step:
-        attributes["pipeline.run_id"] = step["run"]
-        attributes["pipeline.step"] = step["node"]
+    step = StepAddress.best_effort(message)
+    if step is not None:
+        attributes["pipeline.run_id"] = step.run_id
+        attributes["pipeline.step"] = step.node
         attributes["pipeline.name"] = options.get(opt.PIPELINE, "")
     return attributes
 

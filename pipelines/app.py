@@ -307,13 +307,13 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
         sealer=sealer,
     )
     middleware = build_middleware(settings, runtime, store, tracer=tracer)
-    broker = make_broker(settings.broker, namespace=settings.namespace, middleware=middleware)
-    broker.outbound = Outbound(
+    outbound = Outbound(
         sealer=sealer,
         limiter=RateLimiter(store),
         warn_bytes=settings.broker.warn_message_bytes,
         large_policy=settings.broker.large_message_policy,
     )
+    broker = make_broker(settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware)
     return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
 
 

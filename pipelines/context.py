@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipelines import options as opt
+from pipelines.plan import StepAddress
 
 if TYPE_CHECKING:
     import dramatiq
@@ -35,14 +36,14 @@ class MessageContext:
     @classmethod
     def of(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> MessageContext:
         """The ids of ``message`` that log lines about it carry."""
-        step = message.options.get(opt.STEP) or {}
+        step = StepAddress.best_effort(message)
         return cls(
             correlation_id=message.options.get(opt.CORRELATION) or message.message_id,
             message_id=message.message_id,
             actor=message.actor_name,
             attempt=int(message.options.get(opt.RETRIES, 0)) + 1,
-            run_id=step.get("run"),
-            step=step.get("node"),
+            run_id=step.run_id if step else None,
+            step=step.node if step else None,
         )
 
 

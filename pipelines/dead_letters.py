@@ -4,19 +4,24 @@ Our consumers dead-letter by publishing the message to the namespace's dead-lett
 :class:`DeadLetterReason` in its headers (then acknowledging it). Messages RabbitMQ dead-letters by
 itself (a quorum queue's delivery limit, after a worker crashed on them repeatedly) carry RabbitMQ's
 ``x-death`` headers instead; :meth:`DeadLetterReason.from_headers` reads both.
+
+Both brokers implement :class:`DeadLetterAdmin`, what ``pipelines.dlq`` needs to list, replay and
+purge dead letters; a new broker implements it and passes ``tests/pipelines/broker/test_dead_letter_admin.py``.
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 
 from pipelines import options as opt
+from pipelines.plan import StepAddress
 
 #: Prefix of our headers on a dead letter.
 HEADER_PREFIX = "x-pipelines-"
@@ -82,7 +87,7 @@ def reason_for(
     routing_key: str | None = None,
 ) -> DeadLetterReason:
     """The reason to record for ``message``, dead-lettered because of ``exception`` (if any)."""
-    step = message.options.get(opt.STEP) or {}
+    step = StepAddress.best_effort(message)
     excerpt = message.options.get(opt.TRACEBACK)
     if exception is not None and excerpt is None:
         excerpt = "".join(traceback.format_exception(exception))
@@ -96,26 +101,10 @@ def reason_for(
         queue=queue,
         routing_key=routing_key,
         correlation_id=message.options.get(opt.CORRELATION),
-        run_id=step.get("run"),
-        step=step.get("node"),
+        run_id=step.run_id if step else None,
+        step=step.node if step else None,
         at=now_iso(),
     )
-
-
-def fail_message(message: dramatiq.broker.MessageProxy, why: str, exception: BaseException | None = None) -> None:
-    """Mark a message for the dead-letter queue, saying why (and with which error) for its reason."""
-    setattr(message, FAILURE_ATTRIBUTE, why)
-    if exception is not None:
-        setattr(message, FAILURE_EXCEPTION_ATTRIBUTE, exception)
-    message.fail()
-
-
-#: Attribute of a message proxy under which middleware leave the reason for the broker's nack.
-REASON_ATTRIBUTE = "dead_letter_reason"
-#: Attribute of a message proxy saying why it failed ("retries exhausted", "permanent error", ...).
-FAILURE_ATTRIBUTE = "failure"
-#: Attribute of a message proxy holding the error that failed it, when the worker did not see one.
-FAILURE_EXCEPTION_ATTRIBUTE = "failure_exception"
 
 
 @dataclass(frozen=True)
@@ -127,3 +116,32 @@ class RawDeadLetter:
     body: bytes
     headers: Mapping[str, Any]
     message_id: str
+
+
+class DeadLetterPublisher(Protocol):
+    """Dead-lettering a message that is no longer a delivery (a long-running job whose worker died)."""
+
+    def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
+        """Put ``body``, a message of ``queue``'s actor, in that actor queue's dead-letter queue with ``reason``."""
+        ...
+
+
+class DeadLetterAdmin(DeadLetterPublisher, Protocol):
+    """The dead-letter queues of a broker's namespace: put, read, take and purge letters.
+
+    ``queue`` in the reading methods is a dead-letter queue (``naming.dead_letter_queue``); one that
+    does not exist (yet) holds no letters.
+    """
+
+    def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
+        """Up to ``limit`` dead letters of ``queue``, oldest first, left in place."""
+        ...
+
+    def taking_dead_letter(self, queue: str, message_id: str) -> AbstractContextManager[RawDeadLetter | None]:
+        """The dead letter ``message_id`` of ``queue`` (None if it is not there), removed from the queue
+        only if the block ends without an error."""
+        ...
+
+    def purge_dead_letters(self, queue: str) -> int:
+        """Delete every dead letter of ``queue``; returns how many there were."""
+        ...

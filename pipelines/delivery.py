@@ -13,13 +13,6 @@ import dramatiq
 
 from pipelines import options as opt
 
-#: Proxy attribute: settle this delivery by returning it to the head of its queue (a retry in place).
-REQUEUE_ATTRIBUTE = "requeue_in_place"
-#: Proxy attribute: a failed delivery is dropped (acknowledged and counted), not dead-lettered.
-DROP_ATTRIBUTE = "drop_when_failed"
-#: Proxy attribute: how many times RabbitMQ delivered this message before (a quorum queue's count).
-DELIVERY_COUNT_ATTRIBUTE = "delivery_count"
-
 
 class UnresolvableMessage(ValueError):
     """A message that does not fit the queue it arrived on; the message says why."""

@@ -18,24 +18,20 @@ import dramatiq
 from pipelines import naming
 from pipelines import options as opt
 from pipelines.codec import MalformedMessage, decode_message
-from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
+from pipelines.dead_letters import DeadLetterAdmin, DeadLetterReason, RawDeadLetter
 from pipelines.errors import CannotReplay, DeadLetterError, DeadLetterNotFound, PipelinesError
-from pipelines.runtime import StepAddress
+from pipelines.plan import StepAddress
 from pipelines.store.roles import OnceMarks, StepReplays
 from pipelines.topology import Topology
 
 logger = logging.getLogger(__name__)
 
 
-class _DeadLetterBroker(Protocol):
+class _DeadLetterBroker(DeadLetterAdmin, Protocol):
+    """A broker's dead-letter administration, and what a replay needs besides."""
+
     @property
     def topology(self) -> Topology: ...
-
-    def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]: ...
-
-    def taking_dead_letter(self, queue: str, message_id: str) -> Any: ...
-
-    def purge_queue(self, queue: str) -> int: ...
 
     def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]: ...
 
@@ -130,7 +126,7 @@ class DeadLetterQueues:
 
     def purge(self, queue: str | None = None) -> int:
         """Delete the dead letters (of ``queue``); returns how many."""
-        return sum(self.broker.purge_queue(dead) for dead in self.queues(queue))
+        return sum(self.broker.purge_dead_letters(dead) for dead in self.queues(queue))
 
     def _replay(self, letter: DeadLetter) -> ReplayOutcome:
         if letter.message is None:

@@ -4,15 +4,23 @@ Each step (leaf) gets an id that is its path in the tree (``"1.0"`` is the first
 child of the root) and the list of its ancestors, nearest first, as :class:`Frame` s. That list is all
 a worker needs to advance the run when the step ends: walk up, continue a chain, or count a member in a
 parallel barrier. The arguments of steps that start later are stored with the run, not carried along.
+
+A step's message carries its :class:`StepAddress` (run, step id, frames) in the ``pipeline_step``
+option; this module is the one place that writes and parses that wire format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from pipelines import options as opt
+from pipelines.codec import MalformedMessage
 from pipelines.composition import Chain, Node, Parallel, Step
+
+if TYPE_CHECKING:
+    import dramatiq
 
 #: The id of the root node; every other id extends it.
 ROOT = "0"
@@ -32,10 +40,72 @@ class Frame:
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Frame:
+        if not isinstance(data, list | tuple) or len(data) != 4:
+            raise ValueError(f"a frame is a list of four items, not {data!r:.100}")
         kind, node, index, count = data
         if kind not in ("c", "p"):
             raise ValueError(f"unknown frame kind {kind!r}")
         return cls(kind, str(node), int(index), int(count))
+
+
+class MalformedStepAddress(MalformedMessage):
+    """A message's ``pipeline_step`` option is not a step address; ``option`` names the option."""
+
+    def __init__(self, value: object, why: str) -> None:
+        super().__init__(f"option {opt.STEP!r} is not a step address ({why}): {value!r:.200}")
+        self.option = opt.STEP
+
+
+@dataclass(frozen=True, slots=True)
+class StepAddress:
+    """Where a step message belongs: its run, its step id and its ancestors, nearest first."""
+
+    run_id: str
+    node: str
+    up: tuple[Frame, ...]
+
+    def to_option(self) -> dict[str, Any]:
+        """The value of the ``pipeline_step`` option (JSON)."""
+        return {"run": self.run_id, "node": self.node, "up": [f.to_json() for f in self.up]}
+
+    @classmethod
+    def from_option(cls, value: object) -> StepAddress:
+        """Parse the value of a ``pipeline_step`` option.
+
+        Raises:
+            MalformedStepAddress: It is not ``{"run": str, "node": str, "up": [frame, ...]}``.
+        """
+        if not isinstance(value, dict):
+            raise MalformedStepAddress(value, "not an object")
+        run_id, node, up = value.get("run"), value.get("node"), value.get("up")
+        if not (isinstance(run_id, str) and run_id and isinstance(node, str) and node):
+            raise MalformedStepAddress(value, "'run' and 'node' must be non-empty strings")
+        if not isinstance(up, list):
+            raise MalformedStepAddress(value, "'up' must be a list of frames")
+        try:
+            frames = tuple(map(Frame.from_json, up))
+        except (TypeError, ValueError) as e:
+            raise MalformedStepAddress(value, str(e)) from None
+        return cls(run_id, node, frames)
+
+    @classmethod
+    def of(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:
+        """The address in a message's options, or None for a message that is not a pipeline step.
+
+        Raises:
+            MalformedStepAddress: The option is there but is not a step address.
+        """
+        value = message.options.get(opt.STEP)
+        return None if value is None else cls.from_option(value)
+
+    @classmethod
+    def best_effort(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:
+        """The address for log lines, spans and dead-letter reasons, which must not fail on a bad
+        message: None when the option is missing or malformed."""
+        try:
+            return cls.of(message)
+        except MalformedStepAddress:
+            return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,13 +21,13 @@ import orjson
 from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
-from pipelines.broker import PipelineBroker
+from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, ServiceUnavailable, UnknownActor
 from pipelines.naming import MAX_NAME_BYTES
-from pipelines.plan import Frame, Leaf, compile_plan
+from pipelines.plan import Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
 from pipelines.store.base import Advance, Claim, NewRun
 from pipelines.store.roles import RunSteps
@@ -37,26 +37,6 @@ logger = logging.getLogger(__name__)
 #: Most members a chord callback's span links to: the OpenTelemetry SDK's default link limit, and
 #: what keeps the callback message of a chord with thousands of members small.
 MAX_TRACE_LINKS = 128
-
-
-@dataclass(frozen=True, slots=True)
-class StepAddress:
-    """Where a step message belongs: its run, its step id and its ancestors (see ``pipelines.plan``)."""
-
-    run_id: str
-    node: str
-    up: tuple[Frame, ...]
-
-    def to_option(self) -> dict[str, Any]:
-        return {"run": self.run_id, "node": self.node, "up": [f.to_json() for f in self.up]}
-
-    @classmethod
-    def of(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:
-        """The address in a message's options, or None for a message that is not a pipeline step."""
-        data = message.options.get(opt.STEP)
-        if data is None:
-            return None
-        return cls(str(data["run"]), str(data["node"]), tuple(Frame.from_json(f) for f in data["up"]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,11 @@ from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.codec import decode_message, encode_message
 from pipelines.config import BrokerConfig
-from pipelines.dead_letters import REASON_ATTRIBUTE, DeadLetterReason, RawDeadLetter
-from pipelines.delivery import DROP_ATTRIBUTE, REQUEUE_ATTRIBUTE, resolve
+from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
+from pipelines.delivery import resolve
 from pipelines.errors import DefinitionError, Unroutable
 from pipelines.outbound import Outbound
+from pipelines.outcome import outcome_of
 from pipelines.routing import route_of, topic_matches
 from pipelines.topology import Topology
 
@@ -38,15 +39,15 @@ class MemoryBroker(HookDispatch, StubBroker):
         *,
         config: BrokerConfig,
         namespace: str,
+        outbound: Outbound,
         middleware: list[dramatiq.Middleware] | None = None,
     ) -> None:
         super().__init__(middleware=middleware, fail_fast_default=False)
         self.config = config
         self.namespace = namespace
+        self.outbound = outbound
         self.actor_options |= {opt.SUBSCRIBE}
         self.publish_count = 0
-        self.outbound = Outbound(warn_bytes=config.warn_message_bytes, large_policy=config.large_message_policy)
-        """Replaced by the composition root with one that can seal and rate-limit."""
         self._topology = TopologyCache(namespace=namespace, config=config)
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
@@ -120,10 +121,10 @@ class MemoryBroker(HookDispatch, StubBroker):
         """Nothing to do: no consumer timeout applies in memory (see ``ExchangeBroker``)."""
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
-        """Keep a message as a dead letter of ``queue`` with ``reason`` (see ``ExchangeBroker``)."""
+        """Keep a message of ``queue``'s actor as its dead letter, with ``reason`` (see ``DeadLetterAdmin``)."""
         message = decode_message(body)
         proxy = dramatiq.broker.MessageProxy(message)
-        setattr(proxy, REASON_ATTRIBUTE, reason)
+        outcome_of(proxy).dead_letter = reason
         self.dead_letters_by_queue[message.queue_name].append(proxy)
 
     def _prepare(
@@ -148,14 +149,14 @@ class MemoryBroker(HookDispatch, StubBroker):
                 source = topology.actor_queues.get(proxy.actor_name, "")
                 if naming.dead_letter_queue(source) != queue:
                     continue
-                reason: DeadLetterReason | None = getattr(proxy, REASON_ATTRIBUTE, None)
+                reason = outcome_of(proxy).dead_letter
                 headers = reason.to_headers() if reason else {}
                 letter = RawDeadLetter(queue, encode_message(proxy._message), headers, proxy.message_id)
                 entries.append((proxies, index, letter))
         return entries
 
     def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
-        """Up to ``limit`` dead letters of ``queue`` (see ``ExchangeBroker.peek_dead_letters``)."""
+        """Up to ``limit`` dead letters of ``queue``, oldest first, left in place."""
         return [letter for _, _, letter in self._dead_letter_entries(queue)][:limit]
 
     @contextlib.contextmanager
@@ -166,7 +167,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         if found:
             found[0].pop(found[1])
 
-    def purge_queue(self, queue: str) -> int:
+    def purge_dead_letters(self, queue: str) -> int:
         """Delete every dead letter of ``queue`` (the only queues kept here between calls)."""
         entries = self._dead_letter_entries(queue)
         for proxies, index, _ in reversed(entries):
@@ -191,14 +192,14 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
         return next(self.inner)
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if getattr(message, REQUEUE_ATTRIBUTE, False):
+        if outcome_of(message).requeue_in_place:
             # Memory queues have no head to return to: the retry goes to the back (order is not kept).
             copy = message._message.copy(options={opt.RETRIES: int(message.options.get(opt.RETRIES, 0)) + 1})
             self.queue.put(encode_message(copy))
         self.inner.ack(message)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if getattr(message, DROP_ATTRIBUTE, False):
+        if outcome_of(message).drop:
             self.inner.ack(message)
         else:
             self.inner.nack(message)

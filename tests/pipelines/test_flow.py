@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import HIGH_PRIORITY, LOW_PRIORITY, map, step
 from pipelines import options as opt
-from pipelines.broker.publisher import ConfirmPublisher
+from pipelines.broker.rabbitmq.confirms import ConfirmPublisher
 from pipelines.errors import MessageTooLarge, QueueFull
 
 rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import dramatiq
 import orjson
 import pytest
 
+from pipelines import options as opt
+from pipelines.codec import MalformedMessage
 from pipelines.composition import Chain, Node, Parallel, Step
-from pipelines.plan import ROOT, Frame, Leaf, Plan, compile_plan
+from pipelines.context import MessageContext
+from pipelines.dead_letters import reason_for
+from pipelines.plan import ROOT, Frame, Leaf, MalformedStepAddress, Plan, StepAddress, compile_plan
 
 A, B, C, D, E = (Step(name) for name in ("a", "b", "c", "d", "e"))
 
@@ -147,3 +154,65 @@ def test_a_leaf_is_json_with_short_keys() -> None:
         "options": {"o": 3},
         "up": [["c", "0", 1, 2]],
     }
+
+
+def message_with(options: dict[str, Any]) -> dramatiq.Message[Any]:
+    return dramatiq.Message(queue_name="default", actor_name="charge", args=(), kwargs={}, options=options)
+
+
+def test_a_step_address_survives_its_option_as_json() -> None:
+    address = StepAddress("run-1", "0.1.0", (Frame("p", "0.1", 0, 3), Frame("c", "0", 1, 2)))
+    option = orjson.loads(orjson.dumps(address.to_option()))
+
+    assert option == {"run": "run-1", "node": "0.1.0", "up": [["p", "0.1", 0, 3], ["c", "0", 1, 2]]}
+    assert StepAddress.of(message_with({opt.STEP: option})) == address
+
+
+def test_a_message_without_the_step_option_has_no_address() -> None:
+    assert StepAddress.of(message_with({})) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "run-1/0.1",
+        ["run-1", "0.1", []],
+        {"node": "0.1", "up": []},
+        {"run": "run-1", "node": 7, "up": []},
+        {"run": "", "node": "0.1", "up": []},
+        {"run": "run-1", "node": "0.1"},
+        {"run": "run-1", "node": "0.1", "up": "c,0,1,2"},
+        {"run": "run-1", "node": "0.1", "up": [["x", "0", 1, 2]]},
+        {"run": "run-1", "node": "0.1", "up": [["c", "0", 1]]},
+        {"run": "run-1", "node": "0.1", "up": [{"kind": "c", "node": "0", "index": 1, "count": 2}]},
+        {"run": "run-1", "node": "0.1", "up": [["c", "0", "one", 2]]},
+    ],
+    ids=[
+        "a-string",
+        "a-list",
+        "no-run",
+        "a-number-node",
+        "an-empty-run",
+        "no-frames",
+        "frames-as-text",
+        "a-frame-of-unknown-kind",
+        "a-short-frame",
+        "a-frame-as-an-object",
+        "a-frame-with-a-word-index",
+    ],
+)
+def test_a_malformed_step_option_raises_one_error_naming_the_option(value: object) -> None:
+    with pytest.raises(MalformedStepAddress, match=f"option '{opt.STEP}' is not a step address") as raised:
+        StepAddress.of(message_with({opt.STEP: value}))
+
+    assert raised.value.option == opt.STEP
+    assert isinstance(raised.value, MalformedMessage)  # dead-lettered as a malformed message
+
+
+def test_logs_and_dead_letter_reasons_of_a_malformed_step_option_leave_the_step_out() -> None:
+    message = message_with({opt.STEP: {"run": 1}})
+
+    assert StepAddress.best_effort(message) is None
+    assert (MessageContext.of(message).run_id, MessageContext.of(message).step) == (None, None)
+    reason = reason_for(message, reason="malformed message", exception=None)
+    assert (reason.run_id, reason.step, reason.actor) == (None, None, "charge")

@@ -14,9 +14,10 @@ from pipelines.config import BrokerConfig
 from pipelines.delivery import resolve
 from pipelines.errors import DefinitionError
 from pipelines.naming import MAX_NAME_BYTES
-from pipelines.plan import Frame, Leaf
+from pipelines.outbound import Outbound
+from pipelines.plan import Frame, Leaf, StepAddress
 from pipelines.routing import route_of
-from pipelines.runtime import StepAddress, StepInput, _check_arguments, step_messages
+from pipelines.runtime import StepInput, _check_arguments, step_messages
 
 UP = (Frame("p", "0.1", 0, 3), Frame("c", "0", 1, 2))
 GIVEN = StepInput(("previous",), {"trace": "t-1"})
@@ -180,7 +181,7 @@ def test_packing_many_leaves_of_many_actors_delivers_each_leaf_exactly_once() ->
 
 @pytest.fixture(scope="module")
 def broker() -> MemoryBroker:
-    broker = MemoryBroker(config=BrokerConfig(url="memory://"), namespace="unit")
+    broker = MemoryBroker(config=BrokerConfig(url="memory://"), namespace="unit", outbound=Outbound())
 
     def charge(order_id: int, previous: Any) -> None:
         return None

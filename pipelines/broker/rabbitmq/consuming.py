@@ -1,0 +1,254 @@
+"""Consuming: one channel per Dramatiq queue name serves every actor queue of that group.
+
+Each body is checked before Dramatiq sees it: one that is not a message for the queue's actor (not
+JSON, fields missing, another actor's, over the size limit) is dead-lettered with the reason and
+never reaches a worker thread. A delayed message back from a delay tier before it is due goes on to
+the next tier. Deliveries are settled by what the middleware decided (:mod:`pipelines.outcome`): a
+failed one is published to its dead-letter queue with its reason and then acknowledged, a dropped
+one is acknowledged, and a retry in place goes back to the head of its queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import dramatiq
+import orjson
+import pika
+from dramatiq.common import current_millis
+from dramatiq.errors import ConnectionClosed
+
+from pipelines import options as opt
+from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
+from pipelines.broker.rabbitmq.connections import dramatiq_error
+from pipelines.broker.rabbitmq.settling import Settlements
+from pipelines.codec import MalformedMessage, decode_message, encode_message
+from pipelines.dead_letters import DeadLetterReason, now_iso, reason_for
+from pipelines.delivery import UnresolvableMessage, resolve
+from pipelines.errors import MessageTooLarge, PipelinesError
+from pipelines.outcome import outcome_of
+
+if TYPE_CHECKING:
+    from pipelines.broker.rabbitmq.broker import ExchangeBroker
+
+logger = logging.getLogger(__name__)
+
+#: Longest message id taken from a body for a dead letter that came without one.
+MAX_LETTER_ID_CHARS = 200
+#: AMQP reply code of a queue that does not exist.
+NOT_FOUND = 404
+
+
+class Delivery(dramatiq.broker.MessageProxy):
+    """A message as one consumer received it: its delivery tag is only valid on that consumer's channel."""
+
+    def __init__(
+        self,
+        message: dramatiq.Message[Any],
+        *,
+        tag: int,
+        redelivered: bool,
+        consumer: GroupConsumer,
+        queue: str,
+        routing_key: str,
+        delivery_count: int,
+    ) -> None:
+        super().__init__(message)
+        self.tag = tag
+        self.redelivered = redelivered
+        self.consumer = consumer
+        self.queue = queue
+        self.routing_key = routing_key
+        self.settled = False
+        """Acknowledged already (a long-running job, on start): later settlements send nothing."""
+        outcome = outcome_of(self)
+        outcome.queue = queue
+        outcome.delivery_count = delivery_count
+
+
+class GroupConsumer(dramatiq.broker.Consumer):
+    """Consumes every actor queue of one Dramatiq queue name on one channel (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker: ExchangeBroker,
+        queue_name: str,
+        queues: dict[str, str],
+        prefetch: int,
+        timeout_ms: int,
+        *,
+        one_at_a_time: set[str],
+    ) -> None:
+        self.broker = broker
+        self.queue_name = queue_name
+        self.timeout_s = timeout_ms / 1000
+        self._ready: deque[tuple[Any, Any, bytes]] = deque()
+        self._actors_by_tag: dict[str, str] = {}
+        self._queues_by_tag: dict[str, str] = {}
+        try:
+            self.connection = pika.BlockingConnection(broker.thread_connections.parameters)
+            self.channel = self.connection.channel()
+            # basic.qos applies to the consumers started after it on this channel, each on its own.
+            for limit, group in ((prefetch, queues.keys() - one_at_a_time), (1, queues.keys() & one_at_a_time)):
+                if not group:
+                    continue
+                self.channel.basic_qos(prefetch_count=limit)
+                for queue in sorted(group):
+                    tag = self.channel.basic_consume(queue, self._on_delivery)
+                    self._actors_by_tag[tag] = queues[queue]
+                    self._queues_by_tag[tag] = queue
+        except CONNECTION_ERRORS as e:
+            raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
+        self.settlements = Settlements(connection=self.connection, channel=self.channel)
+
+    def _closed(self, error: BaseException, text: str) -> ConnectionClosed:
+        """Dramatiq's error for a lost consumer (its worker reconnects); after a 404 the topology is
+        declared again first."""
+        if getattr(error, "reply_code", None) == NOT_FOUND:
+            self.broker.forget_declarations()
+        return dramatiq_error(ConnectionClosed, text)
+
+    def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self._ready.append((method, properties, body))
+
+    def __next__(self) -> dramatiq.broker.MessageProxy | None:
+        try:
+            if not self._ready:
+                self.connection.process_data_events(time_limit=self.timeout_s)
+        except CONNECTION_ERRORS as e:
+            raise self._closed(e, str(e)) from None
+        if not self._ready:
+            return None
+        method, properties, body = self._ready.popleft()
+        actor = self._actors_by_tag[method.consumer_tag]
+        queue = self._queues_by_tag[method.consumer_tag]
+        try:
+            message = self._message_from(body, actor)
+        except (MalformedMessage, UnresolvableMessage, MessageTooLarge) as e:
+            logger.error("Dead-lettering a message on the queue of %r: %s.", actor, e)
+            reason = DeadLetterReason(
+                reason="malformed message" if not isinstance(e, MessageTooLarge) else "message too large",
+                error_type=type(e).__name__,
+                error=str(e),
+                actor=actor,
+                queue=queue,
+                routing_key=method.routing_key,
+                at=now_iso(),
+            )
+            message_id = getattr(properties, "message_id", None) or letter_id(body)
+            self._dead_letter(method.delivery_tag, body, message_id, reason, self._home(actor))
+            return None
+        eta = message.options.get(opt.ETA)
+        if eta is not None:
+            options = {k: v for k, v in message.options.items() if k != opt.ETA}
+            if isinstance(eta, int | float) and eta > current_millis():
+                # Back from a delay tier before it is due: on to the next tier, then let go of it here.
+                self.broker.redelay(message, int(eta))
+                self.settlements.ack(method.delivery_tag)
+                return None
+            message = dramatiq.Message(**{**message.asdict(), "options": options})
+        headers = getattr(properties, "headers", None) or {}
+        return Delivery(
+            message,
+            tag=method.delivery_tag,
+            redelivered=method.redelivered,
+            consumer=self,
+            queue=queue,
+            routing_key=method.routing_key,
+            delivery_count=int(headers.get("x-delivery-count", 0)),
+        )
+
+    def _message_from(self, body: bytes, actor: str) -> dramatiq.Message[Any]:
+        """The message ``actor`` runs for this body (raises what makes it a dead letter)."""
+        if len(body) > self.broker.config.max_message_bytes:
+            raise MessageTooLarge(f"body is {len(body)} bytes, over broker.max_message_bytes")
+        return resolve(decode_message(body), actor_name=actor, queue_name=self.queue_name)
+
+    def _dead_letter(self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason, queue: str) -> None:
+        """Publish to the dead-letter exchange with the reason, then acknowledge; if that publish fails,
+        reject instead, so RabbitMQ dead-letters it (without our reason) and nothing is lost."""
+        try:
+            self.broker.dead_letter(body, message_id=message_id, reason=reason, queue=queue)
+        except PipelinesError:
+            logger.exception("Could not dead-letter %s with its reason; rejecting it instead.", message_id)
+            self.settlements.reject(tag, requeue=False)
+            return
+        self.settlements.ack(tag)
+
+    def _home(self, actor: str) -> str:
+        """The queue whose dead-letter queue takes ``actor``'s dead letters (partitions share one)."""
+        return self.broker.topology.actor_queues[actor]
+
+    def _owns(self, message: dramatiq.broker.MessageProxy) -> bool:
+        return isinstance(message, Delivery) and message.consumer is self
+
+    def acknowledge_early(self, message: Delivery) -> None:
+        """Acknowledge a delivery before its actor ends; its later ack or nack sends nothing."""
+        if not message.settled:
+            message.settled = True
+            self.settlements.ack(message.tag)
+
+    def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if not self._owns(message):
+            logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
+        elif outcome_of(message).requeue_in_place:
+            # Back to the head of its queue (quorum queues redeliver returned messages first).
+            self.settlements.reject(message.tag, requeue=True)
+        elif not message.settled:
+            self.settlements.ack(message.tag)
+
+    def nack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if not self._owns(message):
+            logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
+            return
+        assert isinstance(message, Delivery)
+        outcome = outcome_of(message)
+        if outcome.drop:
+            logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
+            if not message.settled:
+                self.settlements.ack(message.tag)
+            return
+        reason = outcome.dead_letter or reason_for(message, reason="rejected", exception=message._exception)
+        reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
+        body = encode_message(message._message)
+        home = self._home(message.actor_name)
+        if message.settled:
+            # Acknowledged on start: only the dead letter is left to publish.
+            self.broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)
+            return
+        self._dead_letter(message.tag, body, message.message_id, reason, home)
+
+    def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
+        """Unacked deliveries return to their queues when the channel closes."""
+
+    def close(self) -> None:
+        try:
+            done = threading.Event()
+            self.connection.add_callback_threadsafe(done.set)
+            deadline = time.monotonic() + 5
+            while not done.is_set() and time.monotonic() < deadline:
+                self.connection.process_data_events(time_limit=0.1)
+            self.channel.close()
+            self.connection.close()
+        except CONNECTION_ERRORS:
+            pass
+
+
+def letter_id(body: bytes) -> str:
+    """An id for a dead letter published without one: the body's ``message_id`` if it has a usable
+    one, else a new one (so that ``dlq show``/``replay``/``purge`` can name every letter)."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        decoded = None
+    found = decoded.get("message_id") if isinstance(decoded, dict) else None
+    if isinstance(found, str) and 0 < len(found) <= MAX_LETTER_ID_CHARS and found.isprintable():
+        return found
+    return f"unnamed-{uuid.uuid4().hex}"

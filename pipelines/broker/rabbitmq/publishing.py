@@ -1,0 +1,93 @@
+"""Publishing batches under one confirm wait, and what to do when RabbitMQ does not take them.
+
+A batch whose connection broke is resent, minus what RabbitMQ had confirmed, on a fresh connection
+(at most ``MAX_PUBLISH_ATTEMPTS`` connections). Messages RabbitMQ returned as unroutable are resent
+once after declaring the topology again (a queue may have been deleted under a running producer);
+returned again, they are Unroutable. A refused publish names the full queue when a max length is why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pipelines.broker.rabbitmq.confirms import BatchInterrupted, Outgoing, Refused
+from pipelines.broker.rabbitmq.connections import Connections
+from pipelines.broker.rabbitmq.declaring import Declarer
+from pipelines.errors import PublishError, QueueFull, Unroutable
+from pipelines.routing import topic_matches
+from pipelines.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+#: How many connections a batch is tried on before BrokerUnavailable.
+MAX_PUBLISH_ATTEMPTS = 3
+
+
+class Publishing:
+    """Publishes batches for one broker (see the module docstring)."""
+
+    def __init__(self, *, connections: Connections, declarer: Declarer, topology: Callable[[], Topology]) -> None:
+        self.connections = connections
+        self.declarer = declarer
+        self.topology = topology
+        self.count = 0
+        """Publishes made so far (a fan-out is one)."""
+
+    def publish(self, batch: list[Outgoing]) -> None:
+        """Publish ``batch`` and wait for RabbitMQ's confirms (see the module docstring).
+
+        Raises:
+            Unroutable: No queue is bound for a message's routing key, even after declaring again.
+            QueueFull: A queue at its max length refused a message (other refusals: PublishError).
+            BrokerUnavailable: RabbitMQ did not answer after ``MAX_PUBLISH_ATTEMPTS`` connections.
+        """
+        remaining = batch
+        redeclared = False
+        for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
+            try:
+                returned = self.connections.publisher().publish(remaining)
+            except Refused as e:
+                raise self._refusal(e) from None
+            except BatchInterrupted as e:
+                self.connections.drop()
+                remaining = [item for i, item in enumerate(remaining) if i not in e.confirmed]
+                if attempt == MAX_PUBLISH_ATTEMPTS:
+                    raise self.connections.unavailable(e.cause) from None
+                logger.warning("Publish interrupted (%s); retrying %d message(s).", e.cause, len(remaining))
+                continue
+            self.count += len(remaining)
+            if not returned:
+                return
+            remaining = [item for item in remaining if item.message_id in returned]
+            if redeclared or attempt == MAX_PUBLISH_ATTEMPTS:
+                keys = sorted({item.routing_key for item in remaining})
+                raise Unroutable(
+                    f"No queue in namespace {self.declarer.namespace!r} is bound for {', '.join(keys)}: no declared "
+                    "actor has that name, or no actor subscribes to that topic."
+                )
+            self.declarer.forget()
+            self.declarer.ensure(self.topology())
+            redeclared = True
+
+    def _refusal(self, refused: Refused) -> PublishError:
+        """QueueFull naming the full queue a refused publish was bound for, else the refusal itself."""
+        topology = self.topology()
+        limits = {q.name: q.arguments["x-max-length"] for q in topology.queues if "x-max-length" in q.arguments}
+        for item in refused.items:
+            bound = {
+                b.queue
+                for b in topology.bindings
+                if b.exchange == item.exchange and b.queue in limits and topic_matches(b.routing_key, item.routing_key)
+            }
+            for queue in sorted(bound):
+                depth = self.declarer.depth(queue) or 0
+                if depth >= limits[queue]:
+                    return QueueFull(
+                        f"Queue {queue} is full ({depth} messages, max_length {limits[queue]}): RabbitMQ refused "
+                        f"message {item.message_id}. Add workers, slow the producer down, or raise max_length "
+                        "(the actor's option, or [broker] max_queue_length).",
+                        queue=queue,
+                        depth=depth,
+                    )
+        return refused

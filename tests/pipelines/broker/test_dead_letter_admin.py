@@ -1,0 +1,123 @@
+"""The dead-letter administration every broker implements (``DeadLetterAdmin``), run on each of them.
+
+A new broker joins by being one more ``backend``: these tests say what ``pipelines.dlq`` relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dramatiq
+import pytest
+
+from pipelines import naming
+from pipelines.app import App
+from pipelines.codec import encode_message
+from pipelines.dead_letters import DeadLetterAdmin, DeadLetterReason
+
+
+@dataclass
+class DeadLetters:
+    """A broker's dead-letter administration, and the queues of one actor to try it on."""
+
+    admin: DeadLetterAdmin
+    app: App
+    home: str
+    """The actor queue whose dead letters these are."""
+    dead: str
+    """Its dead-letter queue."""
+
+    def put(self, n: int, why: str = "retries exhausted") -> tuple[str, bytes, DeadLetterReason]:
+        """Dead-letter the n-th message for the actor; returns its id, body and reason."""
+        message = self.app.broker.get_actor("charge").message(n)
+        body = encode_message(message)
+        reason = DeadLetterReason(reason=why, error_type="ValueError", error=f"order {n}", actor="charge", at="now")
+        self.admin.dead_letter(body, message_id=message.message_id, reason=reason, queue=self.home)
+        return message.message_id, body, reason
+
+    def ids(self, limit: int = 100) -> list[str]:
+        return [letter.message_id for letter in self.admin.peek_dead_letters(self.dead, limit)]
+
+
+@pytest.fixture
+def letters(make_app: Callable[..., App]) -> DeadLetters:
+    app = make_app()
+    dramatiq.actor(actor_name="charge", broker=app.broker)(lambda n: None)
+    admin: DeadLetterAdmin = app.broker  # checked by mypy: both brokers implement the protocol
+    home = app.broker.topology.actor_queues["charge"]
+    return DeadLetters(admin, app, home, naming.dead_letter_queue(home))
+
+
+def test_a_dead_letter_keeps_its_body_id_and_reason_and_peeking_leaves_it_in_place(letters: DeadLetters) -> None:
+    message_id, body, reason = letters.put(1)
+
+    for _ in range(2):
+        [letter] = letters.admin.peek_dead_letters(letters.dead, 10)
+
+        assert (letter.queue, letter.message_id, letter.body) == (letters.dead, message_id, body)
+        assert DeadLetterReason.from_headers(letter.headers) == reason
+
+
+def test_peeking_gives_at_most_the_limit_oldest_first(letters: DeadLetters) -> None:
+    put = [letters.put(n)[0] for n in range(3)]
+
+    assert letters.ids(limit=2) == put[:2]
+    assert letters.ids() == put
+
+
+def test_a_taken_letter_leaves_its_queue_only_when_the_block_ends_without_error(letters: DeadLetters) -> None:
+    first, _, _ = letters.put(1)
+    second, body, _ = letters.put(2)
+
+    def fail_to_replay(letter_id: str) -> None:
+        with letters.admin.taking_dead_letter(letters.dead, letter_id) as taken:
+            assert taken is not None
+            raise RuntimeError("the replay could not be published")
+
+    with pytest.raises(RuntimeError):
+        fail_to_replay(second)
+    assert sorted(letters.ids()) == sorted([first, second])
+
+    with letters.admin.taking_dead_letter(letters.dead, second) as taken:
+        assert taken is not None
+        assert (taken.message_id, taken.body) == (second, body)
+    assert letters.ids() == [first]
+
+
+def test_taking_a_letter_that_is_not_there_gives_none_and_leaves_the_others(letters: DeadLetters) -> None:
+    kept, _, _ = letters.put(1)
+
+    with letters.admin.taking_dead_letter(letters.dead, "no-such-letter") as taken:
+        assert taken is None
+
+    assert letters.ids() == [kept]
+
+
+def test_purging_deletes_every_letter_and_says_how_many(letters: DeadLetters) -> None:
+    for n in range(3):
+        letters.put(n)
+
+    assert letters.admin.purge_dead_letters(letters.dead) == 3
+    assert letters.ids() == []
+    assert letters.admin.purge_dead_letters(letters.dead) == 0
+
+
+@pytest.mark.parametrize("queue", ["declared", "unknown"])
+def test_a_queue_without_letters_reads_as_empty(letters: DeadLetters, queue: str) -> None:
+    dead = letters.dead if queue == "declared" else f"{letters.app.settings.namespace}.nothing.here.dead"
+
+    assert letters.admin.peek_dead_letters(dead, 10) == []
+    with letters.admin.taking_dead_letter(dead, "any") as taken:
+        assert taken is None
+    assert letters.admin.purge_dead_letters(dead) == 0
+
+
+def test_letters_of_one_actor_stay_out_of_another_actors_queue(letters: DeadLetters) -> None:
+    dramatiq.actor(actor_name="refund", broker=letters.app.broker)(lambda n: None)
+    other = naming.dead_letter_queue(letters.app.broker.topology.actor_queues["refund"])
+    letters.put(1)
+
+    assert letters.admin.peek_dead_letters(other, 10) == []
+    assert letters.admin.purge_dead_letters(other) == 0
+    assert len(letters.ids()) == 1

@@ -1,0 +1,79 @@
+"""One typed record per delivery carries what middleware decided about it, and nothing else does."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+
+from pipelines.codec import decode_message, encode_message
+from pipelines.outcome import KeyClaim, MessageOutcome, fail_message, outcome_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def proxy() -> dramatiq.broker.MessageProxy:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="default", actor_name="charge", args=(1,), kwargs={}, options={}
+    )
+    return dramatiq.broker.MessageProxy(message)
+
+
+def test_a_delivery_starts_with_an_empty_outcome_and_keeps_the_same_one() -> None:
+    message = proxy()
+
+    outcome = outcome_of(message)
+    outcome.duplicate = True
+    outcome.key_claim = KeyClaim("charge:7", "holder-1")
+
+    assert outcome == MessageOutcome(duplicate=True, key_claim=KeyClaim("charge:7", "holder-1"))
+    assert outcome_of(message) is outcome
+    assert outcome_of(proxy()) == MessageOutcome()
+
+
+def test_the_outcome_stays_with_the_delivery_and_a_message_sent_again_starts_afresh() -> None:
+    message = proxy()
+    outcome_of(message).retry_scheduled = True
+
+    again = dramatiq.broker.MessageProxy(decode_message(encode_message(message._message)))
+
+    assert again.options == message.options == {}
+    assert outcome_of(again) == MessageOutcome()
+
+
+def test_failing_a_message_on_purpose_records_why_and_the_error() -> None:
+    message = proxy()
+    error = ValueError("no such order")
+
+    fail_message(message, "permanent error", error)
+
+    assert message.failed
+    assert (outcome_of(message).failure, outcome_of(message).failure_error) == ("permanent error", error)
+
+
+def _proxy_attribute_accesses(path: Path) -> list[str]:
+    """``setattr``/``getattr`` calls on a message proxy in ``path``, other than the arguments themselves."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2):
+            continue
+        target, name = node.args[0], node.args[1]
+        if node.func.id not in ("setattr", "getattr") or not isinstance(target, ast.Name):
+            continue
+        if target.id in ("message", "proxy") and not (
+            isinstance(name, ast.Constant) and name.value in ("args", "kwargs")
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_middleware_and_brokers_set_no_attributes_of_their_own_on_message_proxies() -> None:
+    linked = ROOT / "pipelines" / "middleware"  # the same files as middleware/
+    core = [path for path in ROOT.joinpath("pipelines").rglob("*.py") if not path.is_relative_to(linked)]
+    found = [
+        hit for path in [*core, *ROOT.joinpath("middleware").glob("*.py")] for hit in _proxy_attribute_accesses(path)
+    ]
+
+    assert found == []
