@@ -130,7 +130,7 @@ def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_ap
 
 
 def test_metrics_use_a_directory_per_namespace_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.middleware.metrics import multiprocess_dir
+    from pipelines.metrics_dir import multiprocess_dir
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     assert multiprocess_dir(MetricsConfig(), "prod").name == "pipelines-metrics-prod"
