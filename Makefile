@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: install
-	$(BIN)/pipelines demo
+	$(BIN)/python -m actors.demo
 
 services:
 	scripts/ensure-services

@@ -26,6 +26,11 @@ from pipelines.store.base import RunStatus
 
 #: Steps listed one per line by `status`; longer runs are summarised by state.
 MAX_LISTED_STEPS = 40
+#: What `pipelines demo` says: the demo is example code, kept with the example actors.
+DEMO_ELSEWHERE = (
+    "The demo ships with the repository, not with the package: run `make demo` in a checkout "
+    "(it runs `python -m actors.demo`)."
+)
 
 
 class _UsageError(PipelinesError):
@@ -121,15 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
-    demo = commands.add_parser("demo", help="run the example pipelines end to end")
-    demo.add_argument(
-        "--embedded", action="store_true", help="use the in-memory broker and store even if services answer"
-    )
+    commands.add_parser("demo", help="where the demo is (it ships with the repository: `make demo`)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        # The demo runs the example actors, which ship with the repository, not with the package.
+        print(f"pipelines: {DEMO_ELSEWHERE}", file=sys.stderr)
+        return 2
     # Like `dramatiq`: the user's modules (app.actors) are found in the directory the command runs in.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -138,10 +144,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "config":
             print(json.dumps(settings.masked(), indent=2))
             return 0
-        if args.command == "demo":
-            from pipelines.demo import run_demo
-
-            return run_demo(settings, embedded=args.embedded)
         app = configure(settings)
         app.load_modules()
         return _COMMANDS[args.command](app, args)

@@ -33,7 +33,6 @@ TOP = {
     "pipelines",
     "pipelines.app",
     "pipelines.cli",
-    "pipelines.demo",
     "pipelines.exposition",
     "pipelines.testing",
     "pipelines.top",
@@ -104,7 +103,7 @@ def _above_the_core(name: str) -> bool:
     """Whether an imported name lives above the core (``from pipelines import X`` is above unless X is a module)."""
     if name.split(".", maxsplit=1)[0] in ("middleware", "actors"):
         return True
-    if any(name == top or name.startswith(f"{top}.") for top in TOP - {"pipelines"} | {"pipelines.examples"}):
+    if any(name == top or name.startswith(f"{top}.") for top in TOP - {"pipelines"}):
         return True
     parts = name.split(".")
     if parts[0] == "pipelines" and len(parts) == 2:
@@ -116,7 +115,7 @@ def _above_the_core(name: str) -> bool:
 def test_the_core_never_imports_the_middleware_the_actors_or_the_composition_root() -> None:
     for path in sorted((ROOT / "pipelines").rglob("*.py")):
         module = _module(path)
-        if module in TOP or module.startswith("pipelines.examples"):
+        if module in TOP:
             continue
         forbidden = sorted(name for name in _imports(path) if _above_the_core(name))
         assert not forbidden, f"{module} imports {forbidden}"
