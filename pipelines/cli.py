@@ -4,6 +4,8 @@ Every command reads ``config.toml`` (or ``--config``/``$PIPELINES_CONFIG``) and 
 variables. Errors are one line on stderr and a non-zero exit status: 2 when the command as given can
 never work (usage, configuration, an unknown name, input that does not validate), 1 when it could not
 be done this time (a service, a failed run, a run or dead letter that is not there).
+
+The framework is imported once the command is known, so ``--help`` and usage errors answer at once.
 """
 
 from __future__ import annotations
@@ -13,16 +15,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from pipelines.app import App, configure
-from pipelines.config import load_settings, mask_url
-from pipelines.dlq import describe
-from pipelines.errors import ConfigError, DefinitionError, PipelinesError, RunTimeout
-from pipelines.profiles import profile_of, summary
-from pipelines.store.base import RunStatus
+if TYPE_CHECKING:
+    from pipelines.app import App
+    from pipelines.store.base import RunStatus
 
 #: Steps listed one per line by `status`; longer runs are summarised by state.
 MAX_LISTED_STEPS = 40
@@ -33,7 +30,7 @@ DEMO_ELSEWHERE = (
 )
 
 
-class _UsageError(PipelinesError):
+class _UsageError(Exception):
     """A command given in a way that cannot work, found past argparse (one line, exit status 2)."""
 
 
@@ -139,7 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Like `dramatiq`: the user's modules (app.actors) are found in the directory the command runs in.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    from pipelines.errors import ConfigError, DefinitionError, PipelinesError
+
     try:
+        from pipelines.app import configure
+        from pipelines.config import load_settings
+
         settings = load_settings(args.config)
         if args.command == "config":
             print(json.dumps(settings.masked(), indent=2))
@@ -158,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(app: App, args: argparse.Namespace) -> int:
+    from pipelines.errors import RunTimeout
+
     run = app.run(args.name, idempotency_key=args.idempotency_key, **dict(args.args))
     print(run.id if run.created else f"{run.id} (already started with this idempotency key)")
     if not (args.wait or args.timeout):
@@ -194,6 +198,8 @@ class _Progress:
 
 
 def _status(app: App, args: argparse.Namespace) -> int:
+    import orjson
+
     status = app.get_run(args.run_id).status()
     if args.json:
         print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
@@ -255,6 +261,9 @@ def _publish(app: App, args: argparse.Namespace) -> int:
 
 
 def _topology(app: App, args: argparse.Namespace) -> int:
+    from pipelines.config import mask_url
+    from pipelines.profiles import profile_of, summary
+
     topology = app.broker.topology
     print(f"namespace {topology.namespace} on {mask_url(app.settings.broker.url)}")
     print("exchanges:")
@@ -295,6 +304,8 @@ def _queues(app: App, args: argparse.Namespace) -> int:
 
 
 def _dlq(app: App, args: argparse.Namespace) -> int:
+    from pipelines.dlq import describe
+
     letters = app.dead_letters
     if args.dlq_command == "list":
         found = describe(letters.list(args.queue, limit=args.limit))
