@@ -95,21 +95,30 @@ def _type_checking_imports(path: Path) -> dict[str, str]:
     return found
 
 
-def test_the_lazy_names_are_the_ones_type_checkers_see_from_the_same_modules() -> None:
-    table = pipelines._EXPORTS
+#: What each lazy facade defines itself rather than imports on first use.
+DEFINED_HERE = {"pipelines": {"publish"}, "pipelines.middleware": set()}
 
-    assert _type_checking_imports(ROOT / "pipelines" / "__init__.py") == table
-    assert set(table) <= set(pipelines.__all__)
-    defined_here = {name: getattr(pipelines, name).__module__ for name in set(pipelines.__all__) - set(table)}
-    assert defined_here == {"publish": "pipelines"}
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_the_lazy_names_are_the_ones_type_checkers_see_from_the_same_modules(package: ModuleType) -> None:
+    table: dict[str, str] = package._EXPORTS
+    assert package.__file__ is not None
+
+    assert _type_checking_imports(Path(package.__file__)) == table
+    assert set(table) | DEFINED_HERE[package.__name__] == set(package.__all__)
+    for name in DEFINED_HERE[package.__name__]:
+        assert getattr(package, name).__module__ == package.__name__
     for name, module in table.items():
-        assert getattr(pipelines, name) is getattr(sys.modules[module], name)
+        assert getattr(package, name) is getattr(sys.modules[module], name)
 
 
-def test_no_public_name_is_also_a_submodule_whose_import_would_replace_it() -> None:
-    submodules = {path.stem for path in (ROOT / "pipelines").iterdir() if path.suffix == ".py" or path.is_dir()}
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_no_public_name_is_also_a_submodule_whose_import_would_replace_it(package: ModuleType) -> None:
+    assert package.__file__ is not None
+    directory = Path(package.__file__).parent
+    submodules = {path.stem for path in directory.iterdir() if path.suffix == ".py" or path.is_dir()}
 
-    assert set(pipelines.__all__) & submodules == set()
+    assert set(package.__all__) & submodules == set()
 
 
 def test_an_unknown_name_is_an_attribute_error_as_for_any_module() -> None:
@@ -139,6 +148,7 @@ def _loaded_after(code: str) -> list[str]:
 def test_importing_the_package_or_its_options_loads_nothing_but_them() -> None:
     assert _loaded_after("import pipelines") == ["pipelines"]
     assert _loaded_after("from pipelines import options") == ["pipelines", "pipelines.options"]
+    assert _loaded_after("import pipelines.middleware") == ["pipelines", "pipelines.middleware"]
 
 
 def test_the_cli_answers_help_without_loading_the_framework() -> None:
