@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 help:
 	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
 	@echo "make test      run the whole test suite against the real RabbitMQ and Redis"
-	@echo "make lint      ruff and mypy --strict"
+	@echo "make lint      ruff, mypy --strict and the import contracts (lint-imports)"
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ and Redis answer (start them when installed)"
 	@echo "make bench     benchmarks against bare Dramatiq, Celery and raw pika (not part of make test)"
@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: install
-	$(BIN)/pipelines demo
+	$(BIN)/python -m actors.demo
 
 services:
 	scripts/ensure-services
@@ -38,6 +38,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format .
@@ -50,4 +51,4 @@ bench: install services
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

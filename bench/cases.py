@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +21,28 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from bench.common import AMQP_URL, Worker, redis_client, wait_for_count
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
 from pipelines import chain, chord, fan_out, group, step
+
+#: Fresh interpreters per start-up measurement (the median is kept).
+STARTS = 5
+
+
+def startup(system: System) -> dict[str, float]:
+    """Seconds a fresh process takes to import the package (and, for us, to answer ``pipelines --help``)."""
+    if isinstance(system, Ours):
+        return {
+            "import_s": _median_start([sys.executable, "-c", "import pipelines"]),
+            "cli_help_s": _median_start([str(Path(sys.executable).parent / "pipelines"), "--help"]),
+        }
+    return {"import_s": _median_start([sys.executable, "-c", "import dramatiq"])}
+
+
+def _median_start(command: list[str]) -> float:
+    times = []
+    for _ in range(STARTS):
+        began = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
 
 
 def key() -> str:

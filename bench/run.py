@@ -146,6 +146,13 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
         ratio(m("latency", "rabbit-pipelines", "p50_ms"), m("latency", "dramatiq", "p50_ms")),
         "<= 1.3",
     )
+    target("import pipelines, fresh process (s)", m("startup", "rabbit-pipelines", "import_s"), "<= 0.25")
+    target("pipelines --help, fresh process (s)", m("startup", "rabbit-pipelines", "cli_help_s"), "<= 0.25")
+    target(
+        "import pipelines / import dramatiq",
+        ratio(m("startup", "rabbit-pipelines", "import_s"), m("startup", "dramatiq", "import_s")),
+        "",
+    )
     target(
         "worker peak RSS / dramatiq",
         ratio(m("throughput", "rabbit-pipelines", "peak_rss_mb"), m("throughput", "dramatiq", "peak_rss_mb")),
@@ -164,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else Sizes()
-    wanted = set(args.cases or ["throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "scale"])
+    wanted = set(
+        args.cases or ["startup", "throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "scale"]
+    )
     started = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     results = Results()
@@ -176,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     with otlp_sink() as endpoint:
         ours, bare, celery, pika = Ours(endpoint, tracing=not args.no_tracing), BareDramatiq(), Celery(), RawPika()
         log = lambda name: logs / f"{name}.log"  # noqa: E731
+        if "startup" in wanted:
+            alternate([ours, bare], args.rounds, cases.startup, results, "startup")
         if "throughput" in wanted:
             alternate(
                 [ours, bare, celery, pika],

@@ -1,19 +1,27 @@
-"""The custom Dramatiq middleware of rabbit-pipelines, one per module (their order: ``pipelines.app``)."""
+"""The custom Dramatiq middleware of rabbit-pipelines, one per module (their order: ``pipelines.app``).
+
+Each class is imported from its module on first use (PEP 562), so importing one middleware module
+does not import every other one and what they need (OpenTelemetry, prometheus-client, the runtime).
+"""
 
 from __future__ import annotations
 
-from pipelines.middleware.backoff import Backoff
-from pipelines.middleware.correlation import CorrelationId
-from pipelines.middleware.dead_letter import DeadLetter
-from pipelines.middleware.idempotency import Idempotency
-from pipelines.middleware.leases import Leases
-from pipelines.middleware.metrics import Metrics
-from pipelines.middleware.payloads import Payloads
-from pipelines.middleware.pipeline_steps import PipelineSteps
-from pipelines.middleware.profiles import Profiles
-from pipelines.middleware.schedules import Schedules
-from pipelines.middleware.timeout import Timeout, TimeoutTooLong
-from pipelines.middleware.tracing import Tracing
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipelines.middleware.backoff import Backoff
+    from pipelines.middleware.correlation import CorrelationId
+    from pipelines.middleware.dead_letter import DeadLetter
+    from pipelines.middleware.idempotency import Idempotency
+    from pipelines.middleware.leases import Leases
+    from pipelines.middleware.metrics import Metrics
+    from pipelines.middleware.payloads import Payloads
+    from pipelines.middleware.pipeline_steps import PipelineSteps
+    from pipelines.middleware.profiles import Profiles
+    from pipelines.middleware.schedules import Schedules
+    from pipelines.middleware.timeout import Timeout, TimeoutTooLong
+    from pipelines.middleware.tracing import Tracing
 
 __all__ = [
     "Backoff",
@@ -30,3 +38,34 @@ __all__ = [
     "TimeoutTooLong",
     "Tracing",
 ]
+
+#: The module each public name is imported from on first use (the imports above, for type checkers).
+_EXPORTS = {
+    "Backoff": "pipelines.middleware.backoff",
+    "CorrelationId": "pipelines.middleware.correlation",
+    "DeadLetter": "pipelines.middleware.dead_letter",
+    "Idempotency": "pipelines.middleware.idempotency",
+    "Leases": "pipelines.middleware.leases",
+    "Metrics": "pipelines.middleware.metrics",
+    "Payloads": "pipelines.middleware.payloads",
+    "PipelineSteps": "pipelines.middleware.pipeline_steps",
+    "Profiles": "pipelines.middleware.profiles",
+    "Schedules": "pipelines.middleware.schedules",
+    "Timeout": "pipelines.middleware.timeout",
+    "TimeoutTooLong": "pipelines.middleware.timeout",
+    "Tracing": "pipelines.middleware.tracing",
+}
+
+
+if not TYPE_CHECKING:  # type checkers read the imports above; a visible __getattr__ would make any name pass
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name's module on first use and keep the name here (later uses are plain lookups)."""
+        if name not in _EXPORTS:
+            raise AttributeError(f"module 'pipelines.middleware' has no attribute {name!r}")
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

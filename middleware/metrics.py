@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +22,7 @@ from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
 from pipelines.config import MetricsConfig
+from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
 from pipelines.outcome import outcome_of
 
 if TYPE_CHECKING:
@@ -30,23 +30,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The environment variable prometheus-client reads to pick multiprocess mode.
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: Step durations, in seconds.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 #: Partition lag, in seconds.
 LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 #: Run durations and chord waits, in seconds.
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-#: File in the multiprocess directory listing the queues the metrics process samples.
-QUEUES_FILE = "queues.json"
-
-
-def multiprocess_dir(config: MetricsConfig, namespace: str) -> Path:
-    """Where worker processes of ``namespace`` write their samples (the environment variable wins)."""
-    if os.environ.get(MULTIPROC_ENV):
-        return Path(os.environ[MULTIPROC_ENV])
-    return config.multiprocess_dir or Path(tempfile.gettempdir()) / f"pipelines-metrics-{namespace}"
 
 
 class Metrics(Middleware):

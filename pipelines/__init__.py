@@ -10,47 +10,55 @@ def charge(order_id): ...
 
 run = pipelines.chain(charge.message(), pipelines.fan_out(ship.message(), email.message())).run(42)
 run.result(timeout_s=30)
+
+Importing the package imports none of the names below (PEP 562): each is imported from its module on
+first use, so ``import pipelines`` and ``from pipelines import options`` stay cheap for processes that
+need little (the CLI's ``--help``, a producer that only publishes) and no import order can form a cycle.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
 
-from pipelines.app import App, build_app, configure, current_app
-from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, group, map, step
-from pipelines.config import Settings, load_settings
-from pipelines.context import correlation, current_correlation_id
-from pipelines.dlq import DeadLetter, DeadLetterQueues
-from pipelines.errors import (
-    BrokerAccessRefused,
-    BrokerUnavailable,
-    Cancelled,
-    CannotReplay,
-    ConfigError,
-    DeadLetterError,
-    DeadLetterNotFound,
-    DefinitionError,
-    InvalidActorOption,
-    MessageTooLarge,
-    PipelinesError,
-    PublishError,
-    QueueFull,
-    ResultTooLarge,
-    RunCancelled,
-    RunError,
-    RunFailed,
-    RunNotFound,
-    RunTimeout,
-    ServiceUnavailable,
-    StoreUnavailable,
-    UnknownActor,
-    UnknownPipeline,
-    Unroutable,
-)
-from pipelines.priority import DEFAULT_PRIORITY, HIGH_PRIORITY, LOW_PRIORITY
-from pipelines.progress import check_cancelled, report_progress
-from pipelines.runs import Run
-from pipelines.store.base import RunStatus, StepStatus
+if TYPE_CHECKING:
+    from pipelines.app import App, build_app, configure
+    from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, for_each, group, step
+    from pipelines.config import Settings, load_settings
+    from pipelines.context import correlation, current_correlation_id
+    from pipelines.current import current_app
+    from pipelines.dlq import DeadLetter, DeadLetterQueues
+    from pipelines.errors import (
+        BrokerAccessRefused,
+        BrokerUnavailable,
+        Cancelled,
+        CannotReplay,
+        ConfigError,
+        DeadLetterError,
+        DeadLetterNotFound,
+        DefinitionError,
+        InvalidActorOption,
+        MessageTooLarge,
+        PipelinesError,
+        PublishError,
+        QueueFull,
+        ResultTooLarge,
+        RunCancelled,
+        RunError,
+        RunFailed,
+        RunNotFound,
+        RunTimeout,
+        ServiceUnavailable,
+        StoreUnavailable,
+        UnknownActor,
+        UnknownPipeline,
+        Unroutable,
+    )
+    from pipelines.priority import DEFAULT_PRIORITY, HIGH_PRIORITY, LOW_PRIORITY
+    from pipelines.progress import check_cancelled, report_progress
+    from pipelines.runs import Run
+    from pipelines.store.base import RunStatus, StepStatus
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -100,13 +108,87 @@ __all__ = [
     "current_app",
     "current_correlation_id",
     "fan_out",
+    "for_each",
     "group",
     "load_settings",
-    "map",
     "publish",
     "report_progress",
     "step",
 ]
+
+#: The module each public name is imported from on first use (the imports above, for type checkers).
+_MODULES = {
+    "pipelines.app": ("App", "build_app", "configure"),
+    "pipelines.composition": (
+        "Chain",
+        "Node",
+        "Parallel",
+        "Step",
+        "chain",
+        "chord",
+        "fan_out",
+        "for_each",
+        "group",
+        "step",
+    ),
+    "pipelines.config": ("Settings", "load_settings"),
+    "pipelines.context": ("correlation", "current_correlation_id"),
+    "pipelines.current": ("current_app",),
+    "pipelines.dlq": ("DeadLetter", "DeadLetterQueues"),
+    "pipelines.errors": (
+        "BrokerAccessRefused",
+        "BrokerUnavailable",
+        "Cancelled",
+        "CannotReplay",
+        "ConfigError",
+        "DeadLetterError",
+        "DeadLetterNotFound",
+        "DefinitionError",
+        "InvalidActorOption",
+        "MessageTooLarge",
+        "PipelinesError",
+        "PublishError",
+        "QueueFull",
+        "ResultTooLarge",
+        "RunCancelled",
+        "RunError",
+        "RunFailed",
+        "RunNotFound",
+        "RunTimeout",
+        "ServiceUnavailable",
+        "StoreUnavailable",
+        "UnknownActor",
+        "UnknownPipeline",
+        "Unroutable",
+    ),
+    "pipelines.priority": ("DEFAULT_PRIORITY", "HIGH_PRIORITY", "LOW_PRIORITY"),
+    "pipelines.progress": ("check_cancelled", "report_progress"),
+    "pipelines.runs": ("Run",),
+    "pipelines.store.base": ("RunStatus", "StepStatus"),
+}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+
+#: Old names still importable, outside ``__all__``: old name → (new name, why it changed).
+_RENAMED = {"map": ("for_each", "`map` shadows the built-in of the same name")}
+
+
+if not TYPE_CHECKING:  # type checkers read the imports above; a visible __getattr__ would make any name pass
+
+    def __getattr__(name: str) -> Any:
+        """Import a public name's module on first use and keep the name here (later uses are plain lookups)."""
+        if name in _RENAMED:
+            new, why = _RENAMED[name]
+            warnings.warn(f"pipelines.{name} is now pipelines.{new}: {why}.", DeprecationWarning, stacklevel=2)
+            value = __getattr__(new)
+        elif name in _EXPORTS:
+            value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        else:
+            raise AttributeError(f"module 'pipelines' has no attribute {name!r}")
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))
 
 
 def publish(topic: str, payload: Any, *, app: App | None = None) -> str:
@@ -115,4 +197,6 @@ def publish(topic: str, payload: Any, *, app: App | None = None) -> str:
     Raises:
         Unroutable: No actor subscribes to a pattern matching ``topic``.
     """
+    from pipelines.current import current_app
+
     return (app or current_app()).publish(topic, payload)

@@ -261,6 +261,8 @@ class App:
             ConfigError: A module or attribute named there does not exist.
         """
         _import(self.settings.app.actors, "app.actors")
+        if self.settings.app.pipelines is None:
+            return  # the actors module registers its pipelines itself (app.register)
         registry = _import(self.settings.app.pipelines, "app.pipelines")
         if not isinstance(registry, Mapping):
             raise ConfigError(f"app.pipelines = {self.settings.app.pipelines!r} is not a mapping of name to pipeline.")

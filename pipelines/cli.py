@@ -4,6 +4,8 @@ Every command reads ``config.toml`` (or ``--config``/``$PIPELINES_CONFIG``) and 
 variables. Errors are one line on stderr and a non-zero exit status: 2 when the command as given can
 never work (usage, configuration, an unknown name, input that does not validate), 1 when it could not
 be done this time (a service, a failed run, a run or dead letter that is not there).
+
+The framework is imported once the command is known, so ``--help`` and usage errors answer at once.
 """
 
 from __future__ import annotations
@@ -13,22 +15,22 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from pipelines.app import App, configure
-from pipelines.config import load_settings, mask_url
-from pipelines.dlq import describe
-from pipelines.errors import ConfigError, DefinitionError, PipelinesError, RunTimeout
-from pipelines.profiles import profile_of, summary
-from pipelines.store.base import RunStatus
+if TYPE_CHECKING:
+    from pipelines.app import App
+    from pipelines.store.base import RunStatus
 
 #: Steps listed one per line by `status`; longer runs are summarised by state.
 MAX_LISTED_STEPS = 40
+#: What `pipelines demo` says: the demo is example code, kept with the example actors.
+DEMO_ELSEWHERE = (
+    "The demo ships with the repository, not with the package: run `make demo` in a checkout "
+    "(it runs `python -m actors.demo`)."
+)
 
 
-class _UsageError(PipelinesError):
+class _UsageError(Exception):
     """A command given in a way that cannot work, found past argparse (one line, exit status 2)."""
 
 
@@ -121,27 +123,29 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
-    demo = commands.add_parser("demo", help="run the example pipelines end to end")
-    demo.add_argument(
-        "--embedded", action="store_true", help="use the in-memory broker and store even if services answer"
-    )
+    commands.add_parser("demo", help="where the demo is (it ships with the repository: `make demo`)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        # The demo runs the example actors, which ship with the repository, not with the package.
+        print(f"pipelines: {DEMO_ELSEWHERE}", file=sys.stderr)
+        return 2
     # Like `dramatiq`: the user's modules (app.actors) are found in the directory the command runs in.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    from pipelines.errors import ConfigError, DefinitionError, PipelinesError
+
     try:
+        from pipelines.app import configure
+        from pipelines.config import load_settings
+
         settings = load_settings(args.config)
         if args.command == "config":
             print(json.dumps(settings.masked(), indent=2))
             return 0
-        if args.command == "demo":
-            from pipelines.demo import run_demo
-
-            return run_demo(settings, embedded=args.embedded)
         app = configure(settings)
         app.load_modules()
         return _COMMANDS[args.command](app, args)
@@ -156,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(app: App, args: argparse.Namespace) -> int:
+    from pipelines.errors import RunTimeout
+
     run = app.run(args.name, idempotency_key=args.idempotency_key, **dict(args.args))
     print(run.id if run.created else f"{run.id} (already started with this idempotency key)")
     if not (args.wait or args.timeout):
@@ -192,6 +198,8 @@ class _Progress:
 
 
 def _status(app: App, args: argparse.Namespace) -> int:
+    import orjson
+
     status = app.get_run(args.run_id).status()
     if args.json:
         print(orjson.dumps(status, option=orjson.OPT_INDENT_2).decode())
@@ -253,6 +261,9 @@ def _publish(app: App, args: argparse.Namespace) -> int:
 
 
 def _topology(app: App, args: argparse.Namespace) -> int:
+    from pipelines.config import mask_url
+    from pipelines.profiles import profile_of, summary
+
     topology = app.broker.topology
     print(f"namespace {topology.namespace} on {mask_url(app.settings.broker.url)}")
     print("exchanges:")
@@ -293,6 +304,8 @@ def _queues(app: App, args: argparse.Namespace) -> int:
 
 
 def _dlq(app: App, args: argparse.Namespace) -> int:
+    from pipelines.dlq import describe
+
     letters = app.dead_letters
     if args.dlq_command == "list":
         found = describe(letters.list(args.queue, limit=args.limit))

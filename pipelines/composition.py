@@ -1,11 +1,11 @@
-"""Composition primitives: chain, fan-out, group, map and chord, nested freely.
+"""Composition primitives: chain, fan-out, group, for-each and chord, nested freely.
 
 A pipeline is a tree of three node kinds: a :class:`Step` (one actor call), a :class:`Chain` (children
 one after another, each receiving the previous result) and a :class:`Parallel` (children at the same
 time, their results collected in order). Everything else is a way to build those trees:
 
     chain(a, fan_out(b, c), d)                       # d gets [b_result, c_result]
-    chord(map(resize, image_ids), then=step(publish_album, album_id))
+    chord(for_each(resize, image_ids), then=step(publish_album, album_id))
 
 The tree is data: starting it compiles a plan (``pipelines.plan``) that the run store keeps, and
 messages carry only their own step and arguments.
@@ -163,13 +163,16 @@ def group(*members: object) -> Parallel:
     return Parallel(_nodes("group", members), kind="group")
 
 
-def map(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:
-    """Call ``actor`` once per item, in parallel: ``map(resize, ids)`` is ``group(resize.message(i) ...)``."""
+def for_each(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:
+    """Call ``actor`` once per item, in parallel: ``for_each(resize, ids)`` is ``group(resize.message(i) ...)``.
+
+    Formerly ``map``, a name that shadowed the built-in (``pipelines.map`` still works, with a warning).
+    """
     if not isinstance(actor, dramatiq.Actor):
-        raise DefinitionError(f"map() takes an actor first, not {actor!r}.")
+        raise DefinitionError(f"for_each() takes an actor first, not {actor!r}.")
     steps = [step(actor, item) for item in items]
     if not steps:
-        raise DefinitionError(f"map({actor.actor_name}, ...) needs at least one item.")
+        raise DefinitionError(f"for_each({actor.actor_name}, ...) needs at least one item.")
     return group(*steps)
 
 

@@ -80,7 +80,8 @@ class AppConfig(_Section):
     """What the CLI and workers import."""
 
     actors: str = "actors"
-    pipelines: str = "pipelines.examples:PIPELINES"
+    #: ``module:attribute`` naming a mapping of name to pipeline; None when the actors register theirs.
+    pipelines: str | None = None
 
 
 class TlsConfig(_Section):

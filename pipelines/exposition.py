@@ -26,7 +26,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from pipelines.config import load_settings
-from pipelines.middleware.metrics import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
+from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import dramatiq
 
-from pipelines import chain, chord, map, step
+from pipelines import chain, chord, for_each, step
 
 DELIVERY_LIMIT = 2  # as the fault fixture configures
 
@@ -109,7 +109,7 @@ def test_chords_with_duplicated_members_and_a_kill_fire_each_callback_once_after
         return original([*messages, *extra], **kwargs)
 
     fault.app.broker.enqueue_many = twice_sometimes
-    runs = [fault.app.start(chord(map(member, range(width)), then=step(gather, f"ch{n}"))) for n in range(chords)]
+    runs = [fault.app.start(chord(for_each(member, range(width)), then=step(gather, f"ch{n}"))) for n in range(chords)]
     fault.workers.start()
     fault.wait_until(lambda: len(fault.ledger.count("gather", "effects")) >= chords // 3, "some callbacks")
     fault.workers.kill()

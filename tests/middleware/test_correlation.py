@@ -12,7 +12,7 @@ from typing import Any
 import dramatiq
 import pytest
 
-from pipelines import chain, chord, correlation, current_correlation_id, fan_out, map
+from pipelines import chain, chord, correlation, current_correlation_id, fan_out, for_each
 from pipelines import logs as pipeline_logs
 from pipelines.context import MessageContext, enter_message, leave_message
 
@@ -60,7 +60,7 @@ def test_a_run_takes_the_callers_correlation_id_and_every_step_and_event_carries
     start_worker(app)
 
     with correlation("req-42"):
-        run = app.start(chain(first, fan_out(left, right), chord(map(member, range(3)), then=callback)))
+        run = app.start(chain(first, fan_out(left, right), chord(for_each(member, range(3)), then=callback)))
     assert run.result(timeout_s=TIMEOUT_S) == 5
     observer.wait_handled("listener", 1)
 

@@ -11,7 +11,7 @@ import pytest
 from periodiq import cron
 from prometheus_client import CollectorRegistry
 
-from pipelines import chain, chord, map
+from pipelines import chain, chord, for_each
 from pipelines.config import MetricsConfig
 from pipelines.middleware import Metrics
 
@@ -56,7 +56,7 @@ def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
         pass
 
     start_worker(app)
-    assert app.start(chord(map(square, range(3)), then=total)).result(timeout_s=TIMEOUT_S) == 5
+    assert app.start(chord(for_each(square, range(3)), then=total)).result(timeout_s=TIMEOUT_S) == 5
     assert app.start(chain(broken), args=(1,)).wait(TIMEOUT_S).state == "failed"
     once.send(1)
     observer.wait_handled("once", 1)
@@ -130,7 +130,7 @@ def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_ap
 
 
 def test_metrics_use_a_directory_per_namespace_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.middleware.metrics import multiprocess_dir
+    from pipelines.metrics_dir import multiprocess_dir
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     assert multiprocess_dir(MetricsConfig(), "prod").name == "pipelines-metrics-prod"

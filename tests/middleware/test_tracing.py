@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from pipelines import chain, chord, fan_out, map
+from pipelines import chain, chord, fan_out, for_each
 from pipelines.app import App
 from pipelines.middleware import Tracing
 
@@ -144,7 +144,7 @@ def test_a_chord_callback_links_to_every_member(traced: Traced, start_worker: An
     a = declare(traced.app)
     start_worker(traced.app)
 
-    run = traced.app.start(chord(map(a["double"], range(4)), then=a["total"]))
+    run = traced.app.start(chord(for_each(a["double"], range(4)), then=a["total"]))
     assert run.result(timeout_s=TIMEOUT_S) == 12
 
     members = {s.context.span_id for s in traced.consumers("double")}

@@ -1,4 +1,4 @@
-"""Composition primitives: chain, fan_out, group, map, chord, step and as_node."""
+"""Composition primitives: chain, fan_out, group, for_each, chord, step and as_node."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
-from pipelines.composition import Chain, Node, Parallel, Step, as_node, chain, chord, fan_out, group, map, step
+from pipelines.composition import Chain, Node, Parallel, Step, as_node, chain, chord, fan_out, for_each, group, step
 from pipelines.errors import DefinitionError
 
 BROKER = StubBroker()
@@ -83,25 +83,25 @@ def test_group_of_one_value_that_is_neither_a_step_nor_iterable_names_it() -> No
         group(42)
 
 
-def test_map_builds_one_step_per_item_with_the_item_as_argument() -> None:
-    assert map(resize, ["img-1", "img-2"]) == Parallel(
+def test_for_each_builds_one_step_per_item_with_the_item_as_argument() -> None:
+    assert for_each(resize, ["img-1", "img-2"]) == Parallel(
         (Step("resize", "images", ("img-1",)), Step("resize", "images", ("img-2",))), kind="group"
     )
-    assert map(charge, (i for i in range(4))).children == tuple(Step("charge", args=(i,)) for i in range(4))
+    assert for_each(charge, (i for i in range(4))).children == tuple(Step("charge", args=(i,)) for i in range(4))
 
 
-def test_map_of_one_item_is_a_parallel_of_one_step() -> None:
-    assert map(charge, [7]) == Parallel((Step("charge", args=(7,)),))
+def test_for_each_of_one_item_is_a_parallel_of_one_step() -> None:
+    assert for_each(charge, [7]) == Parallel((Step("charge", args=(7,)),))
 
 
-def test_map_of_no_items_is_a_definition_error() -> None:
-    with pytest.raises(DefinitionError, match=r"map\(charge, \.\.\.\) needs at least one item"):
-        map(charge, [])
+def test_for_each_of_no_items_is_a_definition_error() -> None:
+    with pytest.raises(DefinitionError, match=r"for_each\(charge, \.\.\.\) needs at least one item"):
+        for_each(charge, [])
 
 
-def test_map_and_step_take_an_actor_first() -> None:
-    with pytest.raises(DefinitionError, match=r"map\(\) takes an actor first, not 'charge'"):
-        map(NOT_AN_ACTOR, [1])
+def test_for_each_and_step_take_an_actor_first() -> None:
+    with pytest.raises(DefinitionError, match=r"for_each\(\) takes an actor first, not 'charge'"):
+        for_each(NOT_AN_ACTOR, [1])
     with pytest.raises(DefinitionError, match=r"step\(\) takes an actor first, not 'charge'"):
         step(NOT_AN_ACTOR, 1)
 
@@ -116,11 +116,11 @@ def test_chord_is_a_chain_of_the_members_in_parallel_then_the_callback() -> None
 def test_chord_keeps_a_given_parallel_as_its_header() -> None:
     header = fan_out(A, B)
     assert chord(header, then=C) == Chain((header, C))
-    assert chord(map(charge, [1, 2]), then=step(publish, "album")).children[1] == Step("publish", args=("album",))
+    assert chord(for_each(charge, [1, 2]), then=step(publish, "album")).children[1] == Step("publish", args=("album",))
 
 
 def test_chord_takes_its_members_from_a_generator() -> None:
-    assert chord((charge.message(i) for i in range(2)), then=C) == Chain((map(charge, range(2)), C))
+    assert chord((charge.message(i) for i in range(2)), then=C) == Chain((for_each(charge, range(2)), C))
 
 
 def test_a_chord_without_members_is_a_definition_error() -> None:

@@ -12,7 +12,7 @@ from unittest import mock
 import dramatiq
 import pytest
 
-from pipelines import HIGH_PRIORITY, LOW_PRIORITY, map, step
+from pipelines import HIGH_PRIORITY, LOW_PRIORITY, for_each, step
 from pipelines import options as opt
 from pipelines.broker.rabbitmq.confirms import ConfirmPublisher
 from pipelines.errors import MessageTooLarge, QueueFull
@@ -107,7 +107,7 @@ def test_a_map_of_10000_is_published_in_one_confirm_batch(make_app: Any, monkeyp
 
     app.broker.ensure_topology()
     with mock.patch.object(ConfirmPublisher, "publish", autospec=True, side_effect=ConfirmPublisher.publish) as spy:
-        app.start(map(square, range(10_000)))
+        app.start(for_each(square, range(10_000)))
 
     assert spy.call_count == 1
     assert len(spy.call_args.args[1]) == 10_000

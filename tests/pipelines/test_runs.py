@@ -12,7 +12,7 @@ from typing import Any
 import dramatiq
 import pytest
 
-from pipelines import chain, chord, fan_out, group, map, step
+from pipelines import chain, chord, fan_out, for_each, group, step
 from pipelines.app import App
 from pipelines.errors import DefinitionError, RunFailed, RunNotFound, UnknownActor, UnknownPipeline
 
@@ -111,7 +111,7 @@ def test_chord_callback_gets_every_member_result_in_member_order(
     a = declare_arithmetic(app, ledger)
     start_worker(app)
 
-    run = app.start(chord(map(a["square"], range(20)), then=a["collect"]))
+    run = app.start(chord(for_each(a["square"], range(20)), then=a["collect"]))
 
     assert run.result(timeout_s=TIMEOUT_S) == [i * i for i in range(20)]
     assert ledger.calls == Counter({"square": 20, "collect": 1})
@@ -131,7 +131,7 @@ def test_chord_fires_once_when_member_messages_are_delivered_twice(
         return original(twice, **kwargs)
 
     app.broker.enqueue_many = publish_members_twice
-    run = app.start(chord(map(a["square"], range(10)), then=a["total"]))
+    run = app.start(chord(for_each(a["square"], range(10)), then=a["total"]))
     start_worker(app)
 
     assert run.result(timeout_s=TIMEOUT_S) == sum(i * i for i in range(10))
@@ -155,7 +155,7 @@ def test_a_member_published_again_after_the_chord_completed_does_not_fire_the_ca
 
     app.broker.enqueue_many = remember
     start_worker(app)
-    run = app.start(chord(map(a["square"], range(5)), then=a["total"]))
+    run = app.start(chord(for_each(a["square"], range(5)), then=a["total"]))
     assert run.result(timeout_s=TIMEOUT_S) == 30
 
     replayed = [m for m in sent if m.actor_name == "square"]
@@ -244,7 +244,7 @@ def test_a_failing_chord_member_fails_the_run_once_and_the_callback_never_fires(
         return x
 
     start_worker(app)
-    run = app.start(chord(map(fragile, range(6)), then=a["total"]))
+    run = app.start(chord(for_each(fragile, range(6)), then=a["total"]))
 
     status = run.wait(timeout_s=TIMEOUT_S)
     assert status.state == "failed"
@@ -330,7 +330,7 @@ def test_registered_pipelines_run_by_name_with_their_arguments(
     app = make_app()
     a = declare_arithmetic(app, ledger)
     app.register("double_then_negate", chain(a["double"], a["negate"]))
-    app.register("squares", lambda n: chord(map(a["square"], range(n)), then=a["total"]))
+    app.register("squares", lambda n: chord(for_each(a["square"], range(n)), then=a["total"]))
     start_worker(app)
 
     assert app.run("double_then_negate", 4).result(timeout_s=TIMEOUT_S) == -8
@@ -343,7 +343,7 @@ def test_unknown_pipeline_unknown_actor_and_arguments_that_do_not_fit_are_refuse
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
-    app.register("squares", lambda n: map(a["square"], range(n)))
+    app.register("squares", lambda n: for_each(a["square"], range(n)))
 
     with pytest.raises(UnknownPipeline, match=r"No pipeline is registered as 'nope' \(registered: squares\)"):
         app.run("nope")

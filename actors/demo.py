@@ -1,18 +1,24 @@
-"""`pipelines demo`: the example pipelines end to end, on RabbitMQ and Redis when they answer.
+"""The example pipelines end to end (`make demo` runs ``python -m actors.demo``).
 
-When either service does not answer, the demo says so in one line and runs everything on the
-embedded broker and store instead, so a fresh checkout shows the product without any service.
+It runs on RabbitMQ and Redis when they answer. When either does not, the demo says so in one line
+and starts again on the embedded broker and store, so a fresh checkout shows the product without any
+service. It starts again (a new interpreter in the same process) because importing ``actors``
+declared the actors on the configured broker before the demo could look at the services.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import os
 import socket
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
-from pipelines.app import App, configure
+from actors import app as configured_app
+from pipelines.app import App
 from pipelines.cli import format_status
 from pipelines.config import Settings, mask_url
 from pipelines.runs import Run
@@ -23,6 +29,8 @@ CONNECT_TIMEOUT_S = 1.0
 #: Seconds each demo run may take before the demo reports it and moves on.
 RUN_TIMEOUT_S = 120.0
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671, "redis": 6379, "rediss": 6379}
+#: What the demo sets when it starts again on the embedded broker and store.
+EMBEDDED_ENV = {"PIPELINES_BROKER__URL": "memory://", "PIPELINES_STORE__URL": "memory://"}
 
 
 def unreachable(settings: Settings) -> str | None:
@@ -39,16 +47,28 @@ def unreachable(settings: Settings) -> str | None:
     return None
 
 
-def run_demo(settings: Settings, *, embedded: bool = False) -> int:
-    """Run every example pipeline and print each run's steps, result and duration; 0 if all succeed."""
-    reason = "--embedded given" if embedded else unreachable(settings)
-    if reason:
-        print(f"{reason}: running on the embedded broker and store.")
-        settings = settings.with_overrides(broker={"url": "memory://"}, store={"url": "memory://"})
-    else:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m actors.demo", description="Run the example pipelines.")
+    parser.add_argument(
+        "--embedded", action="store_true", help="use the in-memory broker and store even if services answer"
+    )
+    args = parser.parse_args(argv)
+    settings = configured_app.settings
+    embedded = settings.broker.url == settings.store.url == "memory://"
+    if not embedded:
+        reason = "--embedded given" if args.embedded else unreachable(settings)
+        if reason:
+            print(f"{reason}: running on the embedded broker and store.", flush=True)
+            command = [sys.executable, "-m", "actors.demo", "--embedded"]
+            os.execve(sys.executable, command, os.environ | EMBEDDED_ENV)
         print(f"Using RabbitMQ at {mask_url(settings.broker.url)} and Redis at {mask_url(settings.store.url)}.")
-    app = configure(settings)
-    app.load_modules()
+    elif not args.embedded:
+        print("Running on the embedded broker and store (memory:// in the configuration).")
+    return run_demo(configured_app)
+
+
+def run_demo(app: App) -> int:
+    """Run every example pipeline and print each run's steps, result and duration; 0 if all succeed."""
     failures = 0
     with running_worker(app, threads=8):
         for title, start in _scenarios(app):
@@ -93,3 +113,7 @@ def _scenarios(app: App) -> list[tuple[str, Callable[[], Run]]]:
             lambda: app.run("notify_users", campaign=f"winter-sale-{stamp}", users=2000),
         ),
     ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

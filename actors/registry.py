@@ -1,12 +1,14 @@
-"""The registered example pipelines: what `pipelines run NAME` and the demo start.
+"""The example pipelines by name: ``actors`` registers them on its app, so `pipelines run NAME`,
+the demo and the example actors (``start_fulfilment``, ``nightly_report``) start them by name.
 
-A registry entry is either a pipeline (its run's arguments go to the first steps) or a factory that
-builds one from the run's arguments (when the shape depends on them, such as the number of users).
+An entry is either a pipeline (its run's arguments go to the first steps) or a factory that builds
+one from the run's arguments (when the shape depends on them, such as the number of users).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from actors.images import fetch_image, make_thumbnail, publish_gallery
 from actors.notifications import notify_user, summarize_notifications
@@ -19,6 +21,9 @@ from actors.orders import (
 )
 from actors.reports import build_report, load_shard
 from pipelines.composition import Node, chain, chord, fan_out, group, step
+
+if TYPE_CHECKING:
+    from pipelines.app import App
 
 #: Thumbnail widths, in pixels.
 THUMBNAIL_SIZES = (64, 256, 1024)
@@ -51,3 +56,9 @@ PIPELINES: Mapping[str, Node | Callable[..., Node]] = {
     "notify_users": notify_users,
     "shard_report": shard_report,
 }
+
+
+def register_all(app: App) -> None:
+    """Register every example pipeline on ``app`` under its name."""
+    for name, pipeline in PIPELINES.items():
+        app.register(name, pipeline)
