@@ -1,9 +1,10 @@
 """Fixtures of the scale-out tests: a three-node RabbitMQ cluster and a six-server Redis Cluster.
 
-Both are started on this machine once per session, by the first test that asks for them, and removed
-at its end (a guardian process removes them too if the session is killed; a later session removes
-what a killed one left). Each test gets them whole: a node a previous test killed, stopped or cut off
-is restarted or reconnected first. Start-up times are printed in the session's summary.
+Both are started on this machine once, by the first test of this package that asks for them, and
+removed after its last test, so the rest of a full run has the machine's two cores back (a guardian
+process removes them too if the session is killed; a later session removes what a killed one left).
+Each test gets them whole: a node a previous test killed, stopped or cut off is restarted or
+reconnected first. Start-up times are printed in the session's summary.
 
 Needs root (network namespaces, the ``rabbitmq`` user), iproute2, util-linux's ``setpriv``, and the
 Debian packages ``rabbitmq-server`` and ``redis-server``; nothing of the machine's shared RabbitMQ
@@ -12,6 +13,7 @@ node or Redis is used.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -37,9 +39,15 @@ NEEDED = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster_slot() -> Iterator[Slot]:
-    """This session's slot, locked, swept of any leftover, watched by a guardian; swept at the end."""
+    """This session's slot, locked, swept of any leftover, watched by a guardian; swept after the package."""
+    if os.geteuid() != 0:
+        pytest.fail(
+            "the cluster tests need root (network namespaces, nodes run as the rabbitmq user): "
+            "run them as root, or leave them out with -m 'not cluster'",
+            pytrace=False,
+        )
     missing = sorted({package for tool, package in NEEDED.items() if shutil.which(tool) is None})
     if missing:
         pytest.fail(f"the local clusters need the Debian packages {', '.join(missing)}", pytrace=False)
@@ -51,7 +59,7 @@ def cluster_slot() -> Iterator[Slot]:
     ownership.release()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def rabbit_cluster_session(cluster_slot: Slot) -> Iterator[RabbitCluster]:
     cluster = RabbitCluster(cluster_slot)
     try:
@@ -69,7 +77,7 @@ def rabbit_cluster(rabbit_cluster_session: RabbitCluster) -> RabbitCluster:
     return rabbit_cluster_session
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def redis_cluster_session(cluster_slot: Slot) -> Iterator[LocalRedisCluster]:
     cluster = LocalRedisCluster(cluster_slot)
     try:
