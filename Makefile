@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test lint format all services tools bench clean
+.PHONY: help install demo test test-cluster lint format all services tools bench clean
 
 help:
 	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
 	@echo "make test      run the whole test suite against the real RabbitMQ and Redis"
+	@echo "make test-cluster  only the tests on a local RabbitMQ cluster and Redis Cluster (as root)"
 	@echo "make lint      ruff, mypy --strict and the import contracts (lint-imports)"
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ and Redis answer (start them when installed)"
@@ -33,6 +34,10 @@ tools:
 
 test: install services tools
 	$(BIN)/pytest
+
+# The cluster tests start their own nodes (tests/cluster/conftest.py): no shared service needed.
+test-cluster: install
+	$(BIN)/pytest -m cluster tests/cluster
 
 lint: install
 	$(BIN)/ruff check .
