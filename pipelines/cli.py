@@ -261,7 +261,7 @@ def _publish(app: App, args: argparse.Namespace) -> int:
 
 
 def _topology(app: App, args: argparse.Namespace) -> int:
-    from pipelines.config import mask_url
+    from pipelines.masking import mask_url
     from pipelines.profiles import profile_of, summary
 
     topology = app.broker.topology

@@ -11,13 +11,12 @@ import base64
 import binascii
 import json
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pika
 import redis
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from pipelines.errors import ConfigError
+from pipelines.masking import mask_secrets, mask_text
 from pipelines.naming import is_valid_actor_name, is_valid_namespace
 
 #: Environment variable naming the config file; the default is ``./config.toml``.
@@ -312,52 +312,6 @@ class Settings(BaseSettings):
             else:
                 data[section] = values
         return _validated(data, source="overrides", use_env=False)
-
-
-_SECRET_QUERY_KEYS = frozenset({"password", "pass", "secret", "token"})
-
-
-#: ``user:password@`` anywhere, for what does not parse as a URL (a scheme typo such as ``amqp//``).
-_USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]*):(?P<password>[^\s/@'\"]+)@")
-
-
-def mask_url(url: str) -> str:
-    """Hide the password of a URL (in its user info or a ``password=`` query) so it can be printed."""
-    parts = urlsplit(url)
-    if not parts.netloc:
-        return _USERINFO.sub(r"\g<user>:***@", url)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    netloc = parts.netloc
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
-    query = "&".join(
-        f"{key}=***" if sep and key.lower() in _SECRET_QUERY_KEYS else f"{key}{sep}{value}"
-        for key, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
-    )
-    if (netloc, query) == (parts.netloc, parts.query):
-        return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-
-
-def mask_text(text: str) -> str:
-    """``text`` with every URL in it masked (log lines, error messages)."""
-    if "://" in text:
-        text = _URL_IN_TEXT.sub(lambda match: mask_url(match.group(0)), text)
-    return _USERINFO.sub(r"\g<user>:***@", text) if "@" in text else text
-
-
-def mask_secrets(value: Any) -> Any:
-    """``value`` with :func:`mask_url` applied to every string in it that looks like a URL."""
-    if isinstance(value, str):
-        return mask_text(value)
-    if isinstance(value, dict):
-        return {key: mask_secrets(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [mask_secrets(item) for item in value]
-    return value
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import orjson
 
-from pipelines.config import mask_text
 from pipelines.context import current_correlation_id, current_message
+from pipelines.masking import mask_text
 
 #: Record attributes added by MessageContextFilter, in the order JSON lines show them.
 CONTEXT_FIELDS = ("correlation_id", "run_id", "message_id", "actor", "attempt")

@@ -20,8 +20,8 @@ import orjson
 import redis
 from redis.commands.core import Script
 
-from pipelines.config import mask_url
 from pipelines.errors import StoreUnavailable
+from pipelines.masking import mask_url
 from pipelines.naming import (
     idempotency_record_key,
     lease_key,

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings, mask_url
+from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.errors import ConfigError
+from pipelines.masking import mask_url
 
 SECRET = "s3cr3t-Pa55"
 

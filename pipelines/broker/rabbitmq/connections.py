@@ -17,8 +17,9 @@ import pika
 from dramatiq.errors import BrokerError
 
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS, REFUSED_LOGIN, ConfirmPublisher
-from pipelines.config import BrokerConfig, mask_url
+from pipelines.config import BrokerConfig
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable
+from pipelines.masking import mask_url
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=BrokerError)
