@@ -22,12 +22,14 @@ from typing import Any
 import dramatiq
 import pytest
 import uvicorn
+from prometheus_client import start_http_server
 
 import pipelines
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.console.web import build_console
+from pipelines.middleware import Metrics
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 
@@ -70,8 +72,8 @@ def declare_actors(app: App) -> Actors:
     def double(x: int) -> int:
         return x * 2
 
-    def total(values: list[int]) -> int:
-        return sum(values)
+    def total(*values: int | list[int]) -> int:
+        return sum(sum(v) if isinstance(v, list) else v for v in values)
 
     def echo(text: str) -> str:
         if text.startswith("fail:"):
@@ -111,15 +113,17 @@ class Console:
         return f"{what}-{uuid.uuid4().hex[:6]}"
 
 
-def console_settings() -> Settings:
-    """A fresh namespace on the real services: no retries (a failure is a dead letter at once), few delay tiers."""
+def console_settings(metrics_port: int) -> Settings:
+    """A fresh namespace on the real services: no retries (a failure is a dead letter at once), few delay
+    tiers, and the worker's metrics (heartbeats every 0.5 s) where the console reads them."""
     return Settings.from_values(
         {
             "namespace": f"t-{uuid.uuid4().hex[:10]}",
             "broker": {"url": AMQP_URL, "delay_tiers_s": [0.1, 1.0, 5.0]},
             "store": {"url": REDIS_URL},
             "retries": {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2},
-            "ui": {"token": TOKEN, "refresh_s": 0.5},
+            "metrics": {"enabled": True, "multiprocess": False, "heartbeat_interval_s": 0.5},
+            "ui": {"token": TOKEN, "refresh_s": 0.5, "metrics_urls": [f"http://127.0.0.1:{metrics_port}/metrics"]},
         }
     )
 
@@ -133,11 +137,15 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def console(services: None) -> Iterator[Console]:
     """An app with the example actors and a worker, and its console on a free port (module-wide)."""
-    app = build_app(console_settings())
+    metrics_port = _free_port()
+    app = build_app(console_settings(metrics_port))
     actors = declare_actors(app)
     boot(app)
     worker = dramatiq.Worker(app.broker, worker_threads=4, worker_timeout=100)
     worker.start()
+    # What the `dramatiq` CLI's metrics process does for a worker: serve its samples on a port.
+    metrics = next(m for m in app.broker.middleware if isinstance(m, Metrics))
+    metrics_server, _ = start_http_server(metrics_port, "127.0.0.1", registry=metrics.registry)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(build_console(app), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
@@ -156,6 +164,8 @@ def console(services: None) -> Iterator[Console]:
         server.should_exit = True
         thread.join(10)
         worker.stop()
+        metrics_server.shutdown()
+        metrics_server.server_close()
         assert isinstance(app.broker, ExchangeBroker)
         assert isinstance(app.store, RedisRunStore)
         app.broker.delete_topology()
