@@ -31,7 +31,7 @@ class Sample:
     failed: dict[str, float] = field(default_factory=dict)
     oldest_age_s: dict[str, float] = field(default_factory=dict)
     heartbeats: dict[tuple[str, str], float] = field(default_factory=dict)
-    """(endpoint, pid) → epoch seconds of the last heartbeat."""
+    """(endpoint, pid) → epoch seconds of the last heartbeat (pid "" for a worker of one process)."""
     unreachable: list[str] = field(default_factory=list)
     """Endpoints that did not answer, with the reason."""
 
@@ -56,7 +56,7 @@ def read(endpoints: list[str]) -> Sample:
                     queue = s.labels.get("queue", "?")
                     sample.oldest_age_s[queue] = max(sample.oldest_age_s.get(queue, 0.0), s.value)
                 elif s.name == HEARTBEAT:
-                    sample.heartbeats[(url, s.labels.get("pid", "?"))] = s.value
+                    sample.heartbeats[(url, s.labels.get("pid", ""))] = s.value
     return sample
 
 

@@ -7,6 +7,7 @@ each scenario go to ``test-artifacts/console/``. No test sleeps: each waits for 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,30 @@ def test_values_from_runs_and_messages_show_as_text(console: Console, page: Any,
     expect(page.get_by_label("Result")).to_contain_text(f'"{script}"')
     assert page.locator("main script").count() == 0
     shoot("escaped")
+
+    page.goto(f"{console.url}/dead-letters?queue=echo")
+    letter = page.locator("tr", has=page.locator(f"a[href='/runs/{failed.id}?step=0.0']"))
+    expect(letter).to_contain_text("ValueError: fail: <img src=x onerror=alert(2)>")
+    letter.locator("a.mono").first.click()
+    expect(page.locator("pre.json")).to_contain_text('"fail: <img src=x onerror=alert(2)>"')
+    assert page.locator("main img").count() == 0
+
+
+def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> None:
+    console.actors.broken.set()
+    stuck = console.app.start(step(console.actors.flaky, 5), name=console.pipeline_name("queues"))
+    stuck.wait(timeout_s=30)
+    for x in range(4):
+        console.app.start(step(console.actors.double, x)).wait(timeout_s=30)
+
+    page.goto(f"{console.url}/queues")
+    expect(page.locator("table.workers tbody tr")).to_have_count(1)
+    expect(page.locator("table.workers .state")).to_have_text("alive")
+    flaky = page.locator("table.queues tr", has=page.get_by_role("cell", name="flaky", exact=True))
+    expect(flaky.locator("a.dead")).to_have_text(re.compile(r"[1-9]\d*"))
+    rate = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td").nth(5)
+    deadline = time.monotonic() + 30
+    while not re.fullmatch(r"0*[1-9]\d*\.\d|0\.[1-9]", rate.text_content() or ""):
+        assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
+        console.app.start(step(console.actors.double, 1)).wait(timeout_s=30)
+    shoot("queues")

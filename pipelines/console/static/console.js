@@ -64,12 +64,16 @@ function finished(region) {
   return region.querySelector("[data-final]") !== null;
 }
 
+function waitingForConfirmation(region) {
+  return region.querySelector(".confirm") !== null; // a refresh would take the question away
+}
+
 function tick() {
   if (document.hidden) return;
   const now = Date.now();
   for (const region of regions) {
     const every = refreshMs * Number(region.dataset.every || 1);
-    if (!finished(region) && now - (region.lastTick || 0) >= every) {
+    if (!finished(region) && !waitingForConfirmation(region) && now - (region.lastTick || 0) >= every) {
       region.lastTick = now;
       refresh(region);
     }
