@@ -34,8 +34,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pipelines.console.data import ConsoleData, RunFilter, RunView, parse_time_ms
+from pipelines.console.data import ConsoleData, parse_time_ms
 from pipelines.console.shape import ShapeNode
+from pipelines.console.views import RunFilter, RunView
 from pipelines.errors import (
     CannotReplay,
     DeadLetterError,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +19,19 @@ import orjson
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.console import scrape
-from pipelines.console.shape import ShapeNode, build_shape, is_parallel
+from pipelines.console.shape import build_shape, is_parallel
+from pipelines.console.views import (
+    LetterView,
+    Overview,
+    QueueView,
+    RunFilter,
+    RunPage,
+    RunRow,
+    RunView,
+    StepDetail,
+    StepView,
+    WorkerView,
+)
 from pipelines.dlq import DeadLetter
 from pipelines.errors import PipelinesError
 from pipelines.masking import mask_text
@@ -58,154 +69,6 @@ def parse_time_ms(text: str, *, now_s: float | None = None) -> int:
 
 def _clean(text: str | None) -> str | None:
     return mask_text(text) if text else None
-
-
-@dataclass(frozen=True)
-class RunFilter:
-    """Which runs to list; None matches anything."""
-
-    state: str | None = None
-    pipeline: str | None = None
-    since_ms: int | None = None
-    until_ms: int | None = None
-    key: str | None = None
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """A run as the runs list shows it."""
-
-    run_id: str
-    pipeline: str
-    state: str
-    created_at_ms: int
-    finished_at_ms: int | None
-    duration_s: float | None
-    steps_done: int
-    steps_total: int
-    error: str | None
-    failed_step: str | None
-
-
-@dataclass(frozen=True)
-class RunPage:
-    """One page of runs, newest first; ``next_cursor`` continues with older ones."""
-
-    runs: tuple[RunRow, ...]
-    next_cursor: str | None
-    searched: int
-    """How many of the most recent runs were searched (the store's index is bounded)."""
-
-
-@dataclass(frozen=True)
-class StepView:
-    """One step of a run."""
-
-    node: str
-    actor: str
-    state: str
-    attempts: int
-    started_at_ms: int | None
-    finished_at_ms: int | None
-    duration_s: float | None
-    progress: float | None
-    progress_text: str | None
-    error: str | None
-    worker: str | None
-    """Who ran it, once the store records it (None until then)."""
-
-
-@dataclass(frozen=True)
-class RunView:
-    """One run: its record, its steps, their counts by state, and its shape."""
-
-    run_id: str
-    pipeline: str
-    state: str
-    created_at_ms: int
-    started_at_ms: int | None
-    finished_at_ms: int | None
-    duration_s: float | None
-    error: str | None
-    failed_step: str | None
-    correlation_id: str | None
-    trace_id: str | None
-    trace_url: str | None
-    result_json: str | None
-    steps: tuple[StepView, ...]
-    counts: dict[str, int]
-    shape: ShapeNode[StepView]
-
-
-@dataclass(frozen=True)
-class LetterView:
-    """A dead letter: where it lies, why it died, the run and step it belongs to, and its message."""
-
-    id: str
-    queue: str
-    source_queue: str
-    actor: str | None
-    reason: str
-    error_type: str | None
-    error: str | None
-    traceback: str | None
-    attempts: int | None
-    run_id: str | None
-    step: str | None
-    correlation_id: str | None
-    at: str
-    age_s: float | None
-    args: list[Any] | None
-    kwargs: dict[str, Any] | None
-    sealed: bool
-    """The actor seals its whole argument list: the arguments travel sealed (and stay so here)."""
-    body: str | None
-    """The raw body of a message that could not be decoded (it cannot be replayed)."""
-
-
-@dataclass(frozen=True)
-class StepDetail:
-    """What a step was given and gave back, and its dead letters (with the traceback)."""
-
-    step: StepView
-    args: list[Any] | None
-    kwargs: dict[str, Any] | None
-    arguments_from: str | None
-    """Where the arguments come from: "plan" (bound when the pipeline was built, the previous result
-    added when it runs), "dead letter" (as it last ran), or None when the store keeps none (first steps)."""
-    result_json: str | None
-    dead_letters: tuple[LetterView, ...]
-
-
-@dataclass(frozen=True)
-class QueueView:
-    actor: str
-    queue: str
-    profile: str
-    depth: int | None
-    dead: int | None
-    rate_per_s: float | None
-    failed_per_s: float | None
-    oldest_age_s: float | None
-
-
-@dataclass(frozen=True)
-class WorkerView:
-    endpoint: str
-    pid: str
-    last_beat_at: float
-    seen_s_ago: float
-    alive: bool
-
-
-@dataclass(frozen=True)
-class Overview:
-    """Queues and workers; ``notes`` says what could not be read and why."""
-
-    queues: tuple[QueueView, ...]
-    workers: tuple[WorkerView, ...]
-    notes: tuple[str, ...]
-    sampled_at: float
 
 
 def _step_view(step: StepStatus, now_ms: int) -> StepView:
@@ -308,13 +171,12 @@ class ConsoleData:
         ids = store.recent_runs(RECENT_RUNS_INDEX)
         start = ids.index(cursor) + 1 if cursor in ids else (len(ids) if cursor else 0)
         rows: list[RunRow] = []
-        position = start
-        for position in range(start, len(ids)):
+        for run_id in ids[start:]:
             if len(rows) == limit:
                 return RunPage(tuple(rows), rows[-1].run_id, len(ids))
-            if where.state is not None and store.run_state(ids[position]) != where.state:
+            if where.state is not None and store.run_state(run_id) != where.state:
                 continue  # a cheap read first: most runs are not in the state asked for
-            status = store.get_run(ids[position])
+            status = store.get_run(run_id)
             if status is None:
                 continue
             if where.since_ms is not None and status.created_at_ms < where.since_ms:
@@ -380,15 +242,23 @@ class ConsoleData:
         args: list[Any] | None = None
         kwargs: dict[str, Any] | None = None
         source = None
+        continuations = self.app.store.run_continuations(run.run_id)
         if letters:
             args, kwargs, source = letters[-1].args, letters[-1].kwargs, "dead letter"
         else:
-            for leaves in self.app.store.run_continuations(run.run_id).values():
-                for leaf in orjson.loads(leaves):
-                    if leaf.get("node") == node:
-                        args, kwargs, source = list(leaf.get("args", [])), dict(leaf.get("kwargs", {})), "plan"
+            leaf = next(
+                (
+                    leaf
+                    for leaves in continuations.values()
+                    for leaf in orjson.loads(leaves)
+                    if leaf.get("node") == node
+                ),
+                None,
+            )
+            if leaf is not None:
+                args, kwargs, source = list(leaf.get("args", [])), dict(leaf.get("kwargs", {})), "plan"
         parent, _, index = node.rpartition(".")
-        parallel = is_parallel(parent, [s.node for s in run.steps], self.app.store.run_continuations(run.run_id))
+        parallel = is_parallel(parent, [s.node for s in run.steps], continuations)
         result = self.app.store.step_result(run.run_id, node, (parent, int(index)) if parallel else None)
         return StepDetail(step, args, kwargs, source, result, letters)
 
