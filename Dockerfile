@@ -1,4 +1,4 @@
-# The image of the worker (`dramatiq actors`) and the scheduler (`periodiq actors`).
+# The image of the worker (`dramatiq actors`), the scheduler (`periodiq actors`) and the console (`pipelines ui`).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -8,7 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # The workdir holds config.toml, which the processes read from their current directory.
 WORKDIR /app
 COPY . .
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ".[ui]" \
     && useradd --system --uid 10001 --no-create-home pipelines
 
 USER pipelines

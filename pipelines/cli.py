@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS", help="refresh period (default 2)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
+    ui = commands.add_parser(
+        "ui",
+        help="serve the web console: runs, dead letters, queues and workers (pip install 'rabbit-pipelines[ui]')",
+        description="Serve the web console and its JSON API (/api/); actions need [ui] token.",
+    )
+    ui.add_argument("--host", help="address to listen on (default [ui] host, 127.0.0.1: this machine only)")
+    ui.add_argument("--port", type=int, help="port to listen on (default [ui] port, 8181)")
+
     commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
@@ -344,6 +352,16 @@ def _top(app: App, args: argparse.Namespace) -> int:
     return run_top(app, interval_s=args.interval, once=args.once)
 
 
+def _ui(app: App, args: argparse.Namespace) -> int:
+    try:
+        from pipelines.console.server import serve
+    except ImportError as e:
+        raise _UsageError(
+            f"The web console needs the ui extra ({e.name} is not installed): pip install 'rabbit-pipelines[ui]'."
+        ) from None
+    return serve(app, host=args.host or app.settings.ui.host, port=args.port or app.settings.ui.port)
+
+
 _COMMANDS = {
     "dlq": _dlq,
     "top": _top,
@@ -353,6 +371,7 @@ _COMMANDS = {
     "publish": _publish,
     "topology": _topology,
     "queues": _queues,
+    "ui": _ui,
 }
 
 

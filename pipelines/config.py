@@ -249,6 +249,23 @@ class MetricsConfig(_Section):
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
 
 
+class UiConfig(_Section):
+    """The web console (``pipelines ui``): where it listens, the token its actions need, links out."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8181, ge=1, le=65535)
+    token: str = ""
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    jaeger_url: str = ""
+    metrics_urls: tuple[str, ...] = ()
+    refresh_s: float = Field(default=2.0, ge=0.5, le=300)
+
+    @field_validator("jaeger_url")
+    @classmethod
+    def _jaeger_url(cls, url: str) -> str:
+        return _check_url(url, ("http", "https")) if url else url
+
+
 class Settings(BaseSettings):
     """The whole configuration, one section per concern."""
 
@@ -265,6 +282,7 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    ui: UiConfig = UiConfig()
 
     @field_validator("namespace")
     @classmethod
@@ -298,9 +316,10 @@ class Settings(BaseSettings):
         return _validated(dict(values), source="values", use_env=False)
 
     def masked(self) -> dict[str, Any]:
-        """The effective configuration with every credential in every URL, and every key, replaced by ``***``."""
+        """The effective configuration with every credential in URLs, every key and the console token as ``***``."""
         masked: dict[str, Any] = mask_secrets(self.model_dump(mode="json"))
         masked["encryption"]["keys"] = ["***"] * len(self.encryption.keys)
+        masked["ui"]["token"] = "***" if self.ui.token else ""
         return masked
 
     def with_overrides(self, **sections: Mapping[str, Any]) -> Settings:
@@ -395,7 +414,7 @@ def _explain(error: ValidationError, source: str) -> str:
     location = [str(part) for part in first["loc"]]
     key = ".".join(location)
     env_name = ENV_PREFIX + "__".join(part.upper() for part in location)
-    value = "***" if location[:1] == ["encryption"] else mask_secrets(first.get("input"))
+    value = "***" if location[:1] == ["encryption"] or location == ["ui", "token"] else mask_secrets(first.get("input"))
     problem = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"Invalid configuration: unknown key {key!r} (in {source} or {env_name}). Check its spelling."

@@ -231,6 +231,21 @@ class RedisRunStore:
                 pubsub.close()
         return self.get_run(run_id)
 
+    def run_continuations(self, run_id: str) -> dict[str, str]:
+        with self._answering():
+            starts = cast(dict[bytes, bytes], self._redis.hgetall(self._key(run_id) + ":starts"))
+        return {replies.text(node): replies.text(leaves) for node, leaves in starts.items()}
+
+    def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
+        # Where complete.lua keeps a result: with the barrier of the parallel node a step is a direct
+        # member of, else with the chain results.
+        with self._answering():
+            if member_of is None:
+                value = self._redis.hget(self._key(run_id) + ":results", node)
+            else:
+                value = self._redis.hget(f"{self._key(run_id)}:bar:{member_of[0]}", str(member_of[1]))
+        return replies.text(value) if value is not None else None
+
     def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
         return replies.reopen(self._run(self._reopen, [self._key(run_id)], [node, self._retention_ms]))
 

@@ -5,6 +5,7 @@ role           what it holds                                    used by
 ============== ================================================ =====================================
 RunSteps       runs started and advanced step by step           the runtime
 RunViews       runs read, awaited and cancelled by callers      ``Run`` handles, the app, the CLI
+RunPlans       a run's stored plan and its steps' results       the web console
 StepProgress   a running step's progress reports                ``progress.Job``
 StepReplays    a dead-lettered step reopened in its run         dead-letter replays
 OnceMarks      "this happened once" marks                       dead-letter replays, missed ticks
@@ -93,6 +94,21 @@ class RunViews(RunStates, Protocol):
 
     def recent_runs(self, limit: int) -> list[str]:
         """Ids of the namespace's newest runs, newest first (at most the last 1,000)."""
+
+
+class RunPlans(Protocol):
+    """What a run keeps besides its steps, read to show the run as a whole (its shape, arguments, results)."""
+
+    def run_continuations(self, run_id: str) -> dict[str, str]:
+        """Where the run's chains continue: step id → JSON list of the leaves that start there
+        (``Leaf.to_json``, with their bound arguments). Empty for a run without any, or unknown."""
+
+    def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
+        """The JSON result step ``node`` recorded, None until it has (or past retention).
+
+        ``member_of`` is (parallel node, index) for a step that is a direct member of a parallel node:
+        its result is kept with that node's barrier, not with the chain results.
+        """
 
 
 class StepProgress(Protocol):
@@ -185,6 +201,7 @@ class StoreLifecycle(Protocol):
 class RunStore(
     RunSteps,
     RunViews,
+    RunPlans,
     StepProgress,
     StepReplays,
     OnceMarks,

@@ -1,0 +1,384 @@
+"""Everything the web console reads from the app and does to it, in one place, typed.
+
+The pages and the JSON API call :class:`ConsoleData` and nothing else of the app: runs listed with
+filters and a cursor, one run with its shape and a step's detail, cancel; dead letters by queue,
+shown, replayed one by one or by filter, purged; queues with depth, rate and oldest age; live workers
+by their heartbeats. Values from runs and messages are returned as they are stored (sealed values
+stay sealed: the console holds no keys); errors and tracebacks pass through the secret masking.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from pipelines import options as opt
+from pipelines.app import App
+from pipelines.console import scrape
+from pipelines.console.shape import build_shape, is_parallel
+from pipelines.console.views import (
+    LetterView,
+    Overview,
+    QueueView,
+    RunFilter,
+    RunPage,
+    RunRow,
+    RunView,
+    StepDetail,
+    StepView,
+    WorkerView,
+)
+from pipelines.dlq import DeadLetter
+from pipelines.errors import PipelinesError
+from pipelines.masking import mask_text
+from pipelines.naming import dead_letter_queue
+from pipelines.store.base import RunStatus, StepStatus
+
+#: The most recent runs the store's index holds, which is what the runs list can search (for now).
+RECENT_RUNS_INDEX = 1000
+#: A process whose heartbeat is older than this many heartbeat intervals counts as gone.
+HEARTBEATS_BEFORE_GONE = 3
+#: Gone workers stay listed (greyed) this long after their last heartbeat, in seconds.
+SHOW_GONE_FOR_S = 3600
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time_ms(text: str, *, now_s: float | None = None) -> int:
+    """A point in time from ``15m``/``2h``/``7d`` (that long ago), an ISO 8601 date, or epoch milliseconds.
+
+    Raises:
+        ValueError: None of those, with the forms it accepts.
+    """
+    value = text.strip()
+    now = time.time() if now_s is None else now_s
+    if match := _DURATION.match(value):
+        return int((now - float(match.group(1)) * _UNIT_S[match.group(2)]) * 1000)
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time: use 15m, 2h, 7d, an ISO 8601 date or epoch ms") from None
+
+
+def _clean(text: str | None) -> str | None:
+    return mask_text(text) if text else None
+
+
+def _step_view(step: StepStatus, now_ms: int) -> StepView:
+    took = None
+    if step.started_at_ms:
+        took = ((step.finished_at_ms or now_ms) - step.started_at_ms) / 1000
+    return StepView(
+        node=step.node,
+        actor=step.actor,
+        state=step.state,
+        attempts=step.attempts,
+        started_at_ms=step.started_at_ms,
+        finished_at_ms=step.finished_at_ms,
+        duration_s=took,
+        progress=step.progress,
+        progress_text=step.progress_text,
+        error=_clean(step.error),
+        worker=getattr(step, "worker", None),
+    )
+
+
+def _row(status: RunStatus) -> RunRow:
+    return RunRow(
+        run_id=status.run_id,
+        pipeline=status.pipeline,
+        state=status.state,
+        created_at_ms=status.created_at_ms,
+        finished_at_ms=status.finished_at_ms,
+        duration_s=status.duration_s,
+        steps_done=status.count("succeeded"),
+        steps_total=len(status.steps),
+        error=_clean(status.error),
+        failed_step=status.failed_step,
+    )
+
+
+def _matches(status: RunStatus, where: RunFilter) -> bool:
+    return (
+        (where.state is None or status.state == where.state)
+        and (where.pipeline is None or status.pipeline == where.pipeline)
+        and (where.since_ms is None or status.created_at_ms >= where.since_ms)
+        and (where.until_ms is None or status.created_at_ms <= where.until_ms)
+    )
+
+
+def _letter(letter: DeadLetter, now_s: float) -> LetterView:
+    reason = letter.reason
+    message = letter.message
+    age = None
+    if reason.at:
+        try:
+            age = max(0.0, now_s - datetime.fromisoformat(reason.at).timestamp())
+        except ValueError:
+            age = None
+    return LetterView(
+        id=letter.id,
+        queue=letter.queue,
+        source_queue=letter.source_queue,
+        actor=reason.actor or (message.actor_name if message else None),
+        reason=reason.reason,
+        error_type=reason.error_type,
+        error=_clean(reason.error),
+        traceback=_clean(reason.traceback),
+        attempts=reason.attempts,
+        run_id=reason.run_id,
+        step=reason.step,
+        correlation_id=reason.correlation_id,
+        at=reason.at,
+        age_s=age,
+        args=list(message.args) if message else None,
+        kwargs=dict(message.kwargs) if message else None,
+        sealed=bool(message and opt.SEALED in message.options),
+        body=None if message else letter.body.decode(errors="replace")[:4000],
+    )
+
+
+class ConsoleData:
+    """The console's one way into the app (see the module docstring)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._previous: scrape.Sample | None = None
+        self._latest: scrape.Sample | None = None
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def runs(self, where: RunFilter, *, limit: int = 25, cursor: str | None = None) -> RunPage:
+        """Runs newest first that match ``where``, ``limit`` at most, after the run ``cursor`` names.
+
+        For now this searches the store's bounded index of recent runs (``RunViews.recent_runs``) and
+        filters here. Switch it to ``app.runs(state=, pipeline=, since=, key=, limit=, cursor=)`` (an
+        index of every retained run, paged by the store) once the app has it: nothing else changes.
+        """
+        store = self.app.store
+        if where.key is not None:
+            run_id = store.run_for_key(where.key)
+            status = store.get_run(run_id) if run_id and cursor is None else None
+            found = (_row(status),) if status is not None and _matches(status, where) else ()
+            return RunPage(found, None, 1)
+        ids = store.recent_runs(RECENT_RUNS_INDEX)
+        start = ids.index(cursor) + 1 if cursor in ids else (len(ids) if cursor else 0)
+        rows: list[RunRow] = []
+        for run_id in ids[start:]:
+            if len(rows) == limit:
+                return RunPage(tuple(rows), rows[-1].run_id, len(ids))
+            if where.state is not None and store.run_state(run_id) != where.state:
+                continue  # a cheap read first: most runs are not in the state asked for
+            status = store.get_run(run_id)
+            if status is None:
+                continue
+            if where.since_ms is not None and status.created_at_ms < where.since_ms:
+                break  # newest first: every run after this one is older still
+            if _matches(status, where):
+                rows.append(_row(status))
+        return RunPage(tuple(rows), None, len(ids))
+
+    def pipelines(self) -> list[str]:
+        """Names of the registered pipelines (for the filter's suggestions)."""
+        return sorted(self.app.pipelines)
+
+    def run(self, run_id: str, *, fold_at: int = 8, expand: tuple[str, ...] = ()) -> RunView:
+        """One run with its steps and shape; parallel nodes with more than ``fold_at`` members fold.
+
+        Raises:
+            RunNotFound: No such run, or past its retention.
+        """
+        status = self.app.get_run(run_id).status()
+        now_ms = int(time.time() * 1000)
+        steps = tuple(_step_view(step, now_ms) for step in status.steps)
+        continuations = self.app.store.run_continuations(run_id)
+        shape = build_shape(
+            [(s.node, s.actor, s) for s in steps],
+            continuations,
+            fold_at=fold_at,
+            expand=expand,
+            state_of={s.node: s.state for s in steps},
+        )
+        counts: dict[str, int] = {}
+        for step in steps:
+            counts[step.state] = counts.get(step.state, 0) + 1
+        jaeger = self.app.settings.ui.jaeger_url.rstrip("/")
+        return RunView(
+            run_id=status.run_id,
+            pipeline=status.pipeline,
+            state=status.state,
+            created_at_ms=status.created_at_ms,
+            started_at_ms=status.started_at_ms,
+            finished_at_ms=status.finished_at_ms,
+            duration_s=status.duration_s,
+            error=_clean(status.error),
+            failed_step=status.failed_step,
+            correlation_id=status.correlation_id,
+            trace_id=status.trace_id,
+            trace_url=f"{jaeger}/trace/{status.trace_id}" if jaeger and status.trace_id else None,
+            result_json=status.result_json,
+            steps=steps,
+            counts=counts,
+            shape=shape,
+        )
+
+    def step(self, run: RunView, node: str) -> StepDetail | None:
+        """A step's arguments, result and dead letters (None if the run has no such step)."""
+        step = next((s for s in run.steps if s.node == node), None)
+        if step is None:
+            return None
+        letters: tuple[LetterView, ...] = ()
+        if step.state in ("failed", "retrying", "skipped") or step.attempts > 1:
+            letters = tuple(
+                letter for letter in self.dead_letters(queue=step.actor, run_id=run.run_id) if letter.step == node
+            )
+        args: list[Any] | None = None
+        kwargs: dict[str, Any] | None = None
+        source = None
+        continuations = self.app.store.run_continuations(run.run_id)
+        if letters:
+            args, kwargs, source = letters[-1].args, letters[-1].kwargs, "dead letter"
+        else:
+            leaf = next(
+                (
+                    leaf
+                    for leaves in continuations.values()
+                    for leaf in orjson.loads(leaves)
+                    if leaf.get("node") == node
+                ),
+                None,
+            )
+            if leaf is not None:
+                args, kwargs, source = list(leaf.get("args", [])), dict(leaf.get("kwargs", {})), "plan"
+        parent, _, index = node.rpartition(".")
+        parallel = is_parallel(parent, [s.node for s in run.steps], continuations)
+        result = self.app.store.step_result(run.run_id, node, (parent, int(index)) if parallel else None)
+        return StepDetail(step, args, kwargs, source, result, letters)
+
+    def cancel(self, run_id: str) -> tuple[bool, str]:
+        """Cancel a run: (whether this cancelled it, its state now).
+
+        Raises:
+            RunNotFound: No such run.
+        """
+        run = self.app.get_run(run_id)
+        cancelled = run.cancel()
+        return cancelled, run.status().state
+
+    # -- dead letters -----------------------------------------------------------------------------
+
+    def dead_letter_queues(self) -> dict[str, str]:
+        """Dead-letter queue → the actor whose queue it serves."""
+        topology = self.app.broker.topology
+        return {dead_letter_queue(queue): actor for actor, queue in sorted(topology.actor_queues.items())}
+
+    def dead_letters(
+        self, *, queue: str | None = None, reason: str | None = None, run_id: str | None = None, limit: int = 200
+    ) -> list[LetterView]:
+        """Dead letters (of an actor, actor queue or dead-letter queue), oldest first per queue.
+
+        Raises:
+            DeadLetterError: ``queue`` names nothing in this namespace.
+        """
+        now = time.time()
+        return [
+            view
+            for view in (_letter(letter, now) for letter in self.app.dead_letters.list(queue, limit=limit))
+            if (reason is None or view.reason == reason) and (run_id is None or view.run_id == run_id)
+        ]
+
+    def dead_letter(self, letter_id: str) -> LetterView:
+        """One dead letter.
+
+        Raises:
+            DeadLetterNotFound: No dead letter has that id.
+        """
+        return _letter(self.app.dead_letters.show(letter_id), time.time())
+
+    def replay(self, letter_id: str) -> str:
+        """Send a dead letter back to its actor (inside its run); what happened.
+
+        Raises:
+            DeadLetterNotFound, CannotReplay: As ``pipelines dlq replay`` says.
+        """
+        return self.app.dead_letters.replay(letter_id)
+
+    def replay_all(self, *, queue: str | None = None, reason: str | None = None) -> dict[str, str]:
+        """Replay every dead letter of a filter; what happened to each, by id."""
+        if reason is None:
+            return dict(self.app.dead_letters.replay_all(queue))
+        outcomes: dict[str, str] = {}
+        for letter in self.app.dead_letters.list(queue, limit=10_000):
+            if letter.reason.reason != reason:
+                continue
+            try:
+                outcomes[letter.id] = self.app.dead_letters.replay(letter.id, queue=letter.queue)
+            except PipelinesError as e:
+                outcomes[letter.id] = f"not replayed: {e}"
+        return outcomes
+
+    def purge(self, *, queue: str | None = None) -> int:
+        """Delete the dead letters (of ``queue``) for good; how many."""
+        return self.app.dead_letters.purge(queue)
+
+    # -- queues and workers -----------------------------------------------------------------------
+
+    def metrics_endpoints(self) -> list[str]:
+        ui, metrics = self.app.settings.ui, self.app.settings.metrics
+        if ui.metrics_urls:
+            return list(ui.metrics_urls)
+        if metrics.enabled:
+            host = metrics.host.replace("0.0.0.0", "127.0.0.1")
+            return [f"http://{host}:{metrics.port}/metrics"]
+        return []
+
+    def overview(self) -> Overview:
+        """Every actor queue (depth, dead letters, rate, oldest message's age) and the workers' heartbeats."""
+        endpoints = self.metrics_endpoints()
+        notes: list[str] = []
+        sample = scrape.read(endpoints) if endpoints else None
+        if sample is not None:
+            if self._latest is None or sample.at - self._latest.at >= 1.0:
+                self._previous, self._latest = self._latest, sample
+            notes += [f"metrics endpoint not answering: {mask_text(why)}" for why in sample.unreachable]
+        else:
+            notes.append("No metrics endpoint: enable [metrics] in the workers, or set [ui] metrics_urls.")
+        depth = getattr(self.app.broker, "queue_depth", None)
+        if depth is None:
+            notes.append("The embedded broker keeps no queues between processes: depths are not known.")
+        topology = self.app.broker.topology
+        queues = []
+        for actor, queue in sorted(topology.actor_queues.items()):
+            consume = topology.consume_queues.get(actor, (queue,))
+            depths = [depth(q) for q in consume] if depth else []
+            queues.append(
+                QueueView(
+                    actor=actor,
+                    queue=queue,
+                    profile=topology.actor_profiles.get(actor, ""),
+                    depth=sum(d for d in depths if d is not None) if depths and None not in depths else None,
+                    dead=depth(dead_letter_queue(queue)) if depth else None,
+                    rate_per_s=scrape.rate(self._previous, self._latest, "processed", actor) if self._latest else None,
+                    failed_per_s=scrape.rate(self._previous, self._latest, "failed", actor) if self._latest else None,
+                    oldest_age_s=max((sample.oldest_age_s.get(q, 0.0) for q in consume), default=None)
+                    if sample and any(q in sample.oldest_age_s for q in consume)
+                    else None,
+                )
+            )
+        now = time.time()
+        horizon = HEARTBEATS_BEFORE_GONE * self.app.settings.metrics.heartbeat_interval_s
+        workers = tuple(
+            WorkerView(
+                endpoint=mask_text(url), pid=pid, last_beat_at=beat, seen_s_ago=now - beat, alive=now - beat <= horizon
+            )
+            for (url, pid), beat in sorted((sample.heartbeats if sample else {}).items(), key=lambda kv: -kv[1])
+            if now - beat <= SHOW_GONE_FOR_S
+        )
+        return Overview(tuple(queues), workers, tuple(notes), now)

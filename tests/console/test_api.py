@@ -1,0 +1,211 @@
+"""The console's JSON API on the real RabbitMQ and Redis: what it lists, what its actions do, what it refuses."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from pipelines import chain, chord, fan_out, group, step
+from pipelines.dead_letters import DeadLetterReason
+from tests.console.conftest import Console
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def http(console: Console) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=console.url, timeout=30) as client:
+        yield client
+
+
+def authorized(console: Console) -> dict[str, str]:
+    return {"Authorization": f"Bearer {console.token}"}
+
+
+def test_runs_are_listed_newest_first_filtered_and_paged(console: Console, http: httpx.Client) -> None:
+    name, echo = console.pipeline_name("listed"), console.actors.echo
+    runs = [console.app.start(step(echo, text), name=name) for text in ("a", "fail: b", "c", "d", "fail: e")]
+    for run in runs:
+        run.wait(timeout_s=30)
+    keyed = console.app.start(step(echo, "k"), name=name, idempotency_key=f"{name}-key")
+    keyed.wait(timeout_s=30)
+
+    listed = http.get("/api/runs", params={"pipeline": name}).json()
+    assert [r["run_id"] for r in listed["runs"]] == [keyed.id, *reversed([r.id for r in runs])]
+    assert listed["next_cursor"] is None
+
+    failed = http.get("/api/runs", params={"pipeline": name, "state": "failed"}).json()["runs"]
+    assert [(r["run_id"], r["state"], r["error"]) for r in failed] == [
+        (runs[4].id, "failed", "ValueError: fail: e"),
+        (runs[1].id, "failed", "ValueError: fail: b"),
+    ]
+    assert (failed[0]["steps_done"], failed[0]["steps_total"]) == (0, 1)
+
+    first = http.get("/api/runs", params={"pipeline": name, "limit": 4}).json()
+    second = http.get("/api/runs", params={"pipeline": name, "limit": 4, "cursor": first["next_cursor"]}).json()
+    assert [r["run_id"] for r in first["runs"] + second["runs"]] == [r["run_id"] for r in listed["runs"]]
+    assert second["next_cursor"] is None
+
+    by_key = http.get("/api/runs", params={"key": f"{name}-key"}).json()["runs"]
+    assert [r["run_id"] for r in by_key] == [keyed.id]
+    assert http.get("/api/runs", params={"pipeline": name, "since": "1h"}).json()["runs"] == listed["runs"]
+    assert http.get("/api/runs", params={"pipeline": name, "until": "1h"}).json()["runs"] == []
+
+    refused = http.get("/api/runs", params={"since": "yesterday"})
+    assert refused.status_code == 400
+    assert "use 15m, 2h, 7d, an ISO 8601 date or epoch ms" in refused.json()["error"]
+    assert http.get("/api/runs", params={"limit": "0"}).status_code == 400
+
+
+def test_a_run_reads_back_with_its_shape_and_each_step_with_its_arguments_and_result(
+    console: Console, http: httpx.Client
+) -> None:
+    a = console.actors
+    members = group(step(a.total, i) for i in range(5))
+    run = console.app.start(chain(step(a.double, 1), fan_out(a.double, a.total), chord(members, then=step(a.total))))
+    assert run.wait(timeout_s=30).state == "succeeded"
+
+    shown = http.get(f"/api/runs/{run.id}", params={"fold": 3}).json()
+    assert (shown["state"], shown["result_json"], shown["counts"]) == ("succeeded", "40", {"succeeded": 9})
+    shape = shown["shape"]
+    assert [(child["node"], child["kind"]) for child in shape["children"]] == [
+        ("0.0", "step"),
+        ("0.1", "fan-out"),
+        ("0.2", "group"),
+        ("0.3", "step"),
+    ]
+    fanned, grouped, callback = shape["children"][1:]
+    assert [branch["step"]["actor"] for branch in fanned["children"]] == ["double", "total"]
+    assert (grouped["size"], [m["node"] for m in grouped["children"]]) == (5, ["0.2.0", "0.2.1", "0.2.2"])
+    assert grouped["folded"] == {"count": 2, "by_state": {"succeeded": 2}}
+    assert (callback["step"]["actor"], callback["step"]["state"]) == ("total", "succeeded")
+
+    member = http.get(f"/api/runs/{run.id}/steps/0.2.3").json()
+    assert (member["args"], member["arguments_from"], member["result_json"]) == ([3], "plan", "9")
+    branch = http.get(f"/api/runs/{run.id}/steps/0.1.0").json()
+    assert branch["result_json"] == "4"
+    assert http.get(f"/api/runs/{run.id}/steps/0.3").json()["result_json"] == "40"
+    head = http.get(f"/api/runs/{run.id}/steps/0.0").json()
+    assert (head["arguments_from"], head["result_json"]) == (None, "2")
+
+    assert http.get(f"/api/runs/{run.id}/steps/9.9").status_code == 404
+    missing = http.get("/api/runs/no-such-run")
+    assert missing.status_code == 404
+    assert "No run no-such-run" in missing.json()["error"]
+
+
+def test_cancel_needs_the_token_from_the_console_s_own_origin_and_host(console: Console, http: httpx.Client) -> None:
+    run = console.app.start(step(console.actors.slow, 60.0), name=console.pipeline_name("cancelled"))
+    cancel = f"/api/runs/{run.id}/cancel"
+
+    assert http.post(cancel).status_code == 401
+    wrong = http.post(cancel, headers={"Authorization": "Bearer nope"})
+    assert (wrong.status_code, wrong.headers["www-authenticate"]) == (401, 'Bearer realm="pipelines console"')
+    assert http.post(cancel, headers={**authorized(console), "Origin": "https://evil.example"}).status_code == 403
+    assert http.post(cancel, headers={**authorized(console), "Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert http.post(cancel, headers={**authorized(console), "Host": "evil.example"}).status_code == 400
+    assert http.get("/runs", headers={"Host": "rebound.example:8181"}).status_code == 400
+    assert run.status().state in ("pending", "running")
+
+    done = http.post(cancel, headers={**authorized(console), "Origin": console.url})
+    assert done.json() == {"cancelled": True, "state": "cancelled"}
+    assert run.status().state == "cancelled"
+    assert http.post(cancel, headers=authorized(console)).json() == {"cancelled": False, "state": "cancelled"}
+    assert http.post("/api/runs/no-such-run/cancel", headers=authorized(console)).status_code == 404
+
+
+def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
+    for path in ("/runs", "/api/runs", "/static/console.js", "/api/runs/no-such-run"):
+        headers = http.get(path).headers
+        assert "script-src 'self'" in headers["content-security-policy"], path
+        assert (headers["x-frame-options"], headers["x-content-type-options"]) == ("DENY", "nosniff"), path
+        assert "access-control-allow-origin" not in headers
+
+
+def failed_run(console: Console, x: int) -> Any:
+    console.actors.broken.set()
+    run = console.app.start(chain(step(console.actors.flaky, x), console.actors.double), name="dead")
+    assert run.wait(timeout_s=30).state == "failed"
+    return run
+
+
+def test_dead_letters_are_listed_shown_and_replayed_into_their_runs(console: Console, http: httpx.Client) -> None:
+    run = failed_run(console, 7)
+    listed = http.get("/api/dead-letters", params={"queue": "flaky", "run": run.id}).json()["dead_letters"]
+    assert len(listed) == 1
+    letter = listed[0]
+    assert (letter["reason"], letter["error_type"], letter["run_id"], letter["step"]) == (
+        "retries exhausted",
+        "ConnectionError",
+        run.id,
+        "0.0",
+    )
+    assert (letter["args"], letter["actor"], letter["sealed"]) == ([7], "flaky", False)
+    assert letter["age_s"] >= 0
+    shown = http.get(f"/api/dead-letters/{letter['id']}").json()
+    assert "Traceback" in shown["traceback"]
+    assert http.get("/api/dead-letters", params={"queue": "nope"}).status_code == 400
+
+    step_detail = http.get(f"/api/runs/{run.id}/steps/0.0").json()
+    assert [d["id"] for d in step_detail["dead_letters"]] == [letter["id"]]
+    assert step_detail["args"] == [7]
+
+    console.actors.broken.clear()
+    replayed = http.post(f"/api/dead-letters/{letter['id']}/replay", headers=authorized(console))
+    assert replayed.json() == {"id": letter["id"], "outcome": "replayed"}
+    assert run.wait(timeout_s=30).state == "succeeded"
+    assert run.result() == 16
+    again = http.post(f"/api/dead-letters/{letter['id']}/replay", headers=authorized(console))
+    assert again.status_code == 404
+
+
+def test_replaying_all_of_a_filter_and_purging_with_confirmation(console: Console, http: httpx.Client) -> None:
+    runs = [failed_run(console, x) for x in (1, 2)]
+    filtered = {"queue": "flaky", "reason": "retries exhausted"}
+    assert len(http.get("/api/dead-letters", params=filtered).json()["dead_letters"]) >= 2
+    console.actors.broken.clear()
+
+    outcomes = http.post("/api/dead-letters/replay", json=filtered, headers=authorized(console)).json()["outcomes"]
+    assert len(outcomes) >= 2
+    assert set(outcomes.values()) == {"replayed"}
+    assert [run.wait(timeout_s=30).state for run in runs] == ["succeeded", "succeeded"]
+
+    queue = console.app.broker.topology.actor_queues["flaky"]
+    console.app.broker.dead_letter(
+        b"<not a message>", message_id="junk-1", reason=DeadLetterReason("malformed message"), queue=queue
+    )
+    junk = http.get("/api/dead-letters/junk-1").json()
+    assert (junk["reason"], junk["body"], junk["args"]) == ("malformed message", "<not a message>", None)
+    refused = http.post("/api/dead-letters/junk-1/replay", headers=authorized(console))
+    assert refused.status_code == 409
+    assert "is not a valid message" in refused.json()["error"]
+
+    unconfirmed = http.post("/api/dead-letters/purge", json={"queue": "flaky"}, headers=authorized(console))
+    assert unconfirmed.status_code == 400
+    assert "confirm" in unconfirmed.json()["error"]
+    purged = http.post("/api/dead-letters/purge", json={"queue": "flaky", "confirm": True}, headers=authorized(console))
+    assert purged.json() == {"purged": 1}
+    assert http.get("/api/dead-letters", params={"queue": "flaky"}).json()["dead_letters"] == []
+
+
+def test_queues_show_depths_rates_and_the_live_workers(console: Console, http: httpx.Client) -> None:
+    first = http.get("/api/queues").json()
+    assert {q["actor"] for q in first["queues"]} >= {"double", "echo", "flaky", "slow", "total"}
+    double = next(q for q in first["queues"] if q["actor"] == "double")
+    assert (double["depth"], double["queue"].endswith(".console.double")) == (0, True)
+    assert [w["alive"] for w in first["workers"]] == [True]
+
+    deadline = time.monotonic() + 30
+    while True:
+        for x in range(5):
+            console.app.start(step(console.actors.double, x)).wait(timeout_s=30)
+        queues = http.get("/api/queues").json()["queues"]
+        rate = next(q for q in queues if q["actor"] == "double")["rate_per_s"]
+        if rate:
+            break
+        assert time.monotonic() < deadline, "no processing rate after 30 s"
+    assert rate > 0

@@ -1,0 +1,205 @@
+"""The console in a real browser (Debian's Chromium): what an operator sees and does, end to end.
+
+A worker processes the runs on the real RabbitMQ and Redis while the pages are open; screenshots of
+each scenario go to ``test-artifacts/console/``. No test sleeps: each waits for what the page shows.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from pipelines import chain, chord, for_each, step
+from tests.console.conftest import Console
+
+pytestmark = pytest.mark.integration
+
+Shoot = Callable[[str], Path]
+
+
+def unlock(page: Any, token: str) -> None:
+    page.get_by_placeholder("Action token").fill(token)
+    page.get_by_role("button", name="Unlock").click()
+    expect(page.locator("#token-state")).to_have_text("Actions unlocked")
+
+
+def test_runs_arrive_on_the_runs_page_while_a_worker_processes_them(console: Console, page: Any, shoot: Shoot) -> None:
+    name = console.pipeline_name("orders")
+    page.goto(f"{console.url}/runs?pipeline={name}")
+    expect(page.get_by_text("No runs match this filter.")).to_be_visible()
+
+    double = console.actors.double
+    runs = [console.app.start(chain(step(double, i), double), name=name) for i in range(3)]
+
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator("tr[data-state=succeeded]")).to_have_count(3)
+    for run in runs:
+        expect(page.locator(f"tr[data-run='{run.id}']")).to_contain_text("2/2")
+    shoot("arrived")
+
+
+def test_the_failed_runs_are_found_by_filtering_on_their_state(console: Console, page: Any, shoot: Shoot) -> None:
+    name = console.pipeline_name("greetings")
+    echo = console.actors.echo
+    texts = ("hello", "fail: no greeting", "hi", "fail: again")
+    runs = [console.app.start(step(echo, text), name=name) for text in texts]
+    for run in runs:
+        run.wait(timeout_s=30)
+
+    page.goto(f"{console.url}/runs")
+    page.get_by_label("Pipeline").fill(name)
+    page.get_by_label("State").select_option("failed")
+    page.get_by_role("button", name="Filter").click()
+
+    expect(page).to_have_url(re.compile(r"state=failed"))
+    rows = page.locator("table.runs tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.locator(".state")).to_have_text(["failed", "failed"])
+    expect(rows.first).to_contain_text("ValueError: fail: again")
+    shoot("failed")
+
+
+def test_a_chord_run_shows_its_members_and_callback_in_the_graph(console: Console, page: Any, shoot: Shoot) -> None:
+    actors = console.actors
+    run = console.app.start(chord(for_each(actors.double, range(12)), then=step(actors.total)), name="album")
+    assert run.wait(timeout_s=30).state == "succeeded"
+
+    page.goto(f"{console.url}/runs/{run.id}")
+
+    graph = page.get_by_label("Graph")
+    members = graph.locator(".parallel[data-kind=group]")
+    expect(members.locator(".kind")).to_contain_text("members · group of 12")
+    expect(members.locator("a.step")).to_have_count(8)
+    expect(members.locator(".folded")).to_have_text("+ 4 more: 4 succeeded")
+    callback = graph.locator("a.step", has=page.locator(".role", has_text="callback"))
+    expect(callback.locator(".actor")).to_have_text("total")
+    expect(callback).to_have_attribute("data-state", "succeeded")
+    shoot("graph")
+
+    members.locator(".folded").click()
+    expect(members.locator("a.step")).to_have_count(12)
+    callback.click()
+    expect(page.get_by_label("Step")).to_contain_text("Step 0.1 · total")
+    expect(page.get_by_label("Step").locator("pre.json").last).to_have_text("132")
+    shoot("callback")
+
+
+def test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed(console: Console, page: Any, shoot: Shoot) -> None:
+    actors = console.actors
+    actors.broken.set()
+    run = console.app.start(chain(step(actors.flaky, 41), actors.double), name=console.pipeline_name("payments"))
+    assert run.wait(timeout_s=30).state == "failed"
+
+    page.goto(f"{console.url}/runs/{run.id}")
+    detail = page.get_by_label("Step")
+    expect(detail).to_contain_text("ConnectionError: the payment service refused order 41")
+    expect(detail.locator("pre.traceback")).to_contain_text("Traceback")
+    shoot("failed-run")
+
+    page.goto(f"{console.url}/dead-letters?queue=flaky")
+    letter = page.locator("tr", has=page.locator(f"a[href='/runs/{run.id}?step=0.0']"))
+    expect(letter).to_contain_text("retries exhausted")
+    shoot("dead-letters")
+
+    unlock(page, console.token)
+    actors.broken.clear()
+    letter.get_by_role("button", name="Replay").click()
+    expect(page.locator("#flash")).to_contain_text("Replayed. replayed.")
+    assert run.wait(timeout_s=30).state == "succeeded"
+    expect(letter).to_have_count(0)
+
+    page.goto(f"{console.url}/runs/{run.id}")
+    expect(page.locator(".run-head .state")).to_have_text("succeeded")
+    expect(page.get_by_label("Result")).to_contain_text("84")
+    shoot("replayed")
+
+
+def test_a_running_run_is_cancelled_from_its_page(console: Console, page: Any, shoot: Shoot) -> None:
+    run = console.app.start(step(console.actors.slow, 60.0), name=console.pipeline_name("export"))
+    page.goto(f"{console.url}/runs/{run.id}")
+    expect(page.locator(".run-head .state")).to_have_text("running")
+    page.locator("a.step").click()
+    expect(page.get_by_label("Step").locator("progress")).to_be_visible()
+
+    unlock(page, console.token)
+    page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("button", name="Yes").click()
+
+    expect(page.locator("#flash")).to_have_text("Run cancelled.")
+    expect(page.locator(".run-head .state")).to_have_text("cancelled")
+    assert run.status().state == "cancelled"
+    shoot("cancelled")
+
+
+def test_an_action_without_the_right_token_is_refused(console: Console, page: Any, shoot: Shoot) -> None:
+    run = console.app.start(step(console.actors.slow, 60.0), name=console.pipeline_name("refused"))
+    page.goto(f"{console.url}/runs/{run.id}")
+    expect(page.locator(".run-head .state")).to_have_text("running")
+
+    page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("button", name="Yes").click()
+    expect(page.locator("#flash")).to_contain_text("needs the console's token")
+
+    unlock(page, "not-the-token")
+    page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("button", name="Yes").click()
+    expect(page.locator("#flash")).to_contain_text("Refused (401)")
+    expect(page.locator("#token-state")).to_have_text("Actions locked")
+    shoot("refused")
+    assert run.status().state == "running"
+    run.cancel()
+
+
+def test_values_from_runs_and_messages_show_as_text(console: Console, page: Any, shoot: Shoot) -> None:
+    script = "<script>alert(1)</script>"
+    echo = console.actors.echo
+    name = "<b>" + console.pipeline_name("xss") + "</b>"
+    shown = console.app.start(step(echo, script), name=name)
+    failed = console.app.start(step(echo, "fail: <img src=x onerror=alert(2)>"), name=name)
+    shown.wait(timeout_s=30)
+    failed.wait(timeout_s=30)
+
+    page.goto(f"{console.url}/runs?pipeline={name}")
+    expect(page.locator("table.runs tbody tr")).to_have_count(2)
+    expect(page.get_by_text(name).first).to_be_visible()
+    expect(page.get_by_text("ValueError: fail: <img src=x onerror=alert(2)>")).to_be_visible()
+    assert page.locator("main b, main img").count() == 0
+
+    page.goto(f"{console.url}/runs/{shown.id}")
+    expect(page.get_by_label("Result")).to_contain_text(f'"{script}"')
+    assert page.locator("main script").count() == 0
+    shoot("escaped")
+
+    page.goto(f"{console.url}/dead-letters?queue=echo")
+    letter = page.locator("tr", has=page.locator(f"a[href='/runs/{failed.id}?step=0.0']"))
+    expect(letter).to_contain_text("ValueError: fail: <img src=x onerror=alert(2)>")
+    letter.locator("a.mono").first.click()
+    expect(page.locator("pre.json")).to_contain_text('"fail: <img src=x onerror=alert(2)>"')
+    assert page.locator("main img").count() == 0
+
+
+def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> None:
+    console.actors.broken.set()
+    stuck = console.app.start(step(console.actors.flaky, 5), name=console.pipeline_name("queues"))
+    stuck.wait(timeout_s=30)
+    for x in range(4):
+        console.app.start(step(console.actors.double, x)).wait(timeout_s=30)
+
+    page.goto(f"{console.url}/queues")
+    expect(page.locator("table.workers tbody tr")).to_have_count(1)
+    expect(page.locator("table.workers .state")).to_have_text("alive")
+    flaky = page.locator("table.queues tr", has=page.get_by_role("cell", name="flaky", exact=True))
+    expect(flaky.locator("a.dead")).to_have_text(re.compile(r"[1-9]\d*"))
+    rate = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td").nth(5)
+    deadline = time.monotonic() + 30
+    while not re.fullmatch(r"0*[1-9]\d*\.\d|0\.[1-9]", rate.text_content() or ""):
+        assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
+        console.app.start(step(console.actors.double, 1)).wait(timeout_s=30)
+    shoot("queues")
