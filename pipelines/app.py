@@ -315,7 +315,9 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
         warn_bytes=settings.broker.warn_message_bytes,
         large_policy=settings.broker.large_message_policy,
     )
-    broker = make_broker(settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware)
+    broker = make_broker(
+        settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware, marks=store
+    )
     return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
 
 

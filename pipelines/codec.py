@@ -17,6 +17,15 @@ from pipelines.errors import DefinitionError
 from pipelines.options import BRANCHES, EVENT_TOPIC
 
 _FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp")
+_FIELD_TYPES: dict[str, type] = {
+    "queue_name": str,
+    "actor_name": str,
+    "args": list,
+    "kwargs": dict,
+    "options": dict,
+    "message_id": str,
+    "message_timestamp": int,
+}
 
 
 class MalformedMessage(ValueError):
@@ -90,26 +99,26 @@ def decode_message(body: bytes) -> dramatiq.Message[Any]:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise MalformedMessage(f"body is not JSON ({e}); first bytes: {body[:40]!r}") from None
+    check_fields(data)
+    data["args"] = tuple(data["args"])
+    return dramatiq.Message(**{name: data[name] for name in _FIELDS})
+
+
+def check_fields(data: object) -> None:
+    """Check that decoded JSON is an object with Dramatiq's message fields, each of its type.
+
+    Raises:
+        MalformedMessage: Naming the first field missing or of the wrong type.
+    """
     if not isinstance(data, dict):
         raise MalformedMessage(f"body is JSON {type(data).__name__}, not an object")
     missing = [name for name in _FIELDS if name not in data]
     if missing:
         raise MalformedMessage(f"body lacks the field(s) {', '.join(missing)}")
-    checks = {
-        "queue_name": str,
-        "actor_name": str,
-        "args": list,
-        "kwargs": dict,
-        "options": dict,
-        "message_id": str,
-        "message_timestamp": int,
-    }
-    for name, kind in checks.items():
+    for name, kind in _FIELD_TYPES.items():
         # bool is an int to isinstance, not to JSON producers: a `true` timestamp is malformed.
         if not isinstance(data[name], kind) or isinstance(data[name], bool):
             raise MalformedMessage(f"field {name} is {type(data[name]).__name__}, expected {kind.__name__}")
-    data["args"] = tuple(data["args"])
-    return dramatiq.Message(**{name: data[name] for name in _FIELDS})
 
 
 def encode_value(value: Any) -> str:

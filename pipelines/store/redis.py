@@ -255,6 +255,10 @@ class RedisRunStore:
         with self._answering():
             self._redis.delete(once_key(self._namespace, key))
 
+    def is_marked(self, key: str) -> bool:
+        with self._answering():
+            return bool(self._redis.exists(once_key(self._namespace, key)))
+
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
         args = [node, "" if fraction is None else repr(float(fraction)), text]
         return replies.progress(self._run(self._progress, [self._key(run_id)], args))
