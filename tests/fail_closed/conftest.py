@@ -18,7 +18,7 @@ from pipelines.app import App
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers, by name (as tests/faults does)
 
-from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher  # noqa: E402
+from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from pipelines.outcome import outcome_of
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
+
 class Ledger(dramatiq.Middleware):
     """What became of each delivery, by message id: ran, dropped (acknowledged without running), put off.
 
@@ -139,4 +140,3 @@ class Effects:
             connection.close()
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
             connection.execute(f"DROP TABLE IF EXISTS {self.table}")
-

@@ -16,10 +16,9 @@ from typing import Any
 import dramatiq
 import orjson
 import pytest
+from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher
 
 from pipelines.app import App
-
-from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher
 
 #: Longest the corpus may take to settle, in seconds (the old consumer needed minutes: FC_SETTLE_S=120).
 SETTLE_S = float(os.environ.get("FC_SETTLE_S", "30"))
@@ -59,8 +58,8 @@ CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
         None,
         "pipeline_branches",
     ),
-    "delivery count not a number": (lambda m: body(m), {"x-delivery-count": "abc"}, "x-delivery-count"),
-    "delivery count void": (lambda m: body(m), {"x-delivery-count": None}, "x-delivery-count"),
+    "delivery count not a number": (body, {"x-delivery-count": "abc"}, "x-delivery-count"),
+    "delivery count void": (body, {"x-delivery-count": None}, "x-delivery-count"),
     "step not an address": (lambda m: body(m, options={"pipeline_step": "x"}), None, "pipeline_step"),
     "step without node": (lambda m: body(m, options={"pipeline_step": {"run": "r"}}), None, "pipeline_step"),
     "retries not a number": (lambda m: body(m, options={"retries": "x"}), None, "retries"),
@@ -136,7 +135,8 @@ def test_each_malformed_delivery_is_dead_lettered_once_and_valid_messages_around
     bad_ran = [bad[m] for m in bad if runs[m]]
     stuck = [bad[m] for m in bad if not letters[m] and not runs[m]]
     print(
-        f"\nfigures: malformed corpus, {len(bad)} bad among {VALID} valid: runs of valid {sum(runs[m] for m in valid)}, "
+        f"\nfigures: malformed corpus, {len(bad)} bad among {VALID} valid: "
+        f"runs of valid {sum(runs[m] for m in valid)}, "
         f"lost valid {len(lost)}, duplicated runs {duplicated}, valid dead-lettered "
         f"{sum(letters[m] for m in valid)}, bad that ran {len(bad_ran)} {bad_ran}, bad stuck {len(stuck)}, "
         f"dead letters {len(all_letters)} (bad: {sum(letters[m] for m in bad)}, "
@@ -144,9 +144,12 @@ def test_each_malformed_delivery_is_dead_lettered_once_and_valid_messages_around
         f"{consumer_restarts.restarts}"
     )
     assert consumer_restarts.restarts == 0, consumer_restarts.errors[:3]
-    assert lost == [] and duplicated == 0
-    assert bad_ran == [] and stuck == []
-    assert all(letters[m] == 1 for m in bad) and not any(letters[m] for m in valid)
+    assert lost == []
+    assert duplicated == 0
+    assert bad_ran == []
+    assert stuck == []
+    assert all(letters[m] == 1 for m in bad)
+    assert not any(letters[m] for m in valid)
     for letter in all_letters:
         name = bad[letter.id.split(".")[0]]
         assert letter.reason.reason == "malformed message", (name, letter.reason)

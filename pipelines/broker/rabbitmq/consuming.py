@@ -30,8 +30,8 @@ from dramatiq.errors import ConnectionClosed
 from pipelines import options as opt
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connections import dramatiq_error
-from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.screening import dead_letter_reason, screen
+from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.codec import encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso, reason_for
 from pipelines.errors import PipelinesError
