@@ -17,6 +17,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines.broker.common import pipeline_broker
+from pipelines.deferral import put_off, put_off_while_store_down
 from pipelines.errors import (
     Cancelled,
     DefinitionError,
@@ -25,7 +26,6 @@ from pipelines.errors import (
     ResultTooLarge,
     ServiceUnavailable,
 )
-from pipelines.middleware.deferral import put_off, put_off_while_store_down
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
 from pipelines.runtime import Runtime
