@@ -16,7 +16,7 @@ import pytest
 
 from pipelines.app import App
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers, by name (as tests/faults does)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the helpers, by name (as tests/cluster does)
 
 from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 

@@ -19,6 +19,7 @@ import pytest
 from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher
 
 from pipelines.app import App
+from pipelines.broker import ExchangeBroker
 
 #: Longest the corpus may take to settle, in seconds (the old consumer needed minutes: FC_SETTLE_S=120).
 SETTLE_S = float(os.environ.get("FC_SETTLE_S", "30"))
@@ -88,6 +89,7 @@ def declare_sink(app: App) -> Counter[str]:
         with lock:
             runs[marker] += 1
 
+    assert isinstance(app.broker, ExchangeBroker)
     app.broker.ensure_topology()
     return runs
 
