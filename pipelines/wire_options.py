@@ -159,9 +159,10 @@ def delivery_count(headers: Mapping[str, Any] | None) -> int:
     if not headers or DELIVERY_COUNT not in headers:
         return 0
     value = headers[DELIVERY_COUNT]
-    if type(value) is not int or value < 0:
+    # pika hands AMQP long integers over as its own int subclass.
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise MalformedOption(DELIVERY_COUNT, value, "a whole number >= 0 (a header RabbitMQ sets)")
-    return value
+    return int(value)
 
 
 def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> None:
