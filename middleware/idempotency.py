@@ -26,6 +26,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from pipelines import options as opt
 from pipelines import wire_options
 from pipelines.deferral import put_off, put_off_while_store_down
+from pipelines.effects import enter_keyed
 from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
 from pipelines.outcome import KeyClaim, fail_message, outcome_of
 from pipelines.store.roles import KeyClaims
@@ -98,6 +99,7 @@ class Idempotency(Middleware):
             raise SkipMessage from None
         if outcome == "run":
             outcome_of(message).key_claim = KeyClaim(key, holder)
+            enter_keyed(key)
             return
         if outcome == "done":
             self.duplicates_skipped += 1
@@ -126,6 +128,7 @@ class Idempotency(Middleware):
         claim = outcome_of(message).key_claim
         if claim is None:
             return
+        enter_keyed(None)
         outcome_of(message).key_claim = None
         key, holder = claim
         try:
