@@ -8,38 +8,19 @@ is wrong, every valid one runs once, and the consumer never restarts. Figures ar
 from __future__ import annotations
 
 import os
-import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import dramatiq
-import orjson
 import pytest
-from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher
+from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher, body, dead_letters_by_id, declare_sink
 
 from pipelines.app import App
-from pipelines.broker import ExchangeBroker
 
 #: Longest the corpus may take to settle, in seconds (the old consumer needed minutes: FC_SETTLE_S=120).
 SETTLE_S = float(os.environ.get("FC_SETTLE_S", "30"))
 VALID = 40
 
 Headers = dict[str, Any] | None
-
-
-def body(marker: str, *, actor: str = "sink", options: dict[str, Any] | None = None, **fields: Any) -> bytes:
-    """A Dramatiq message body for ``actor`` with ``options``, and any field replaced by ``fields``."""
-    message = {
-        "queue_name": "default",
-        "actor_name": actor,
-        "args": [marker],
-        "kwargs": {},
-        "options": options or {},
-        "message_id": marker,
-        "message_timestamp": 1,
-    }
-    return orjson.dumps({**message, **fields})
 
 
 #: name → (body of a message with this marker, headers, what its dead letter must mention)
@@ -77,25 +58,6 @@ CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
     "a JSON list": (lambda m: b"[1, 2]", None, "list"),
     "args not a list": (lambda m: body(m, args="x"), None, "args"),
 }
-
-
-def declare_sink(app: App) -> Counter[str]:
-    """Declare ``sink``, which counts its runs by the marker it is given."""
-    runs: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    @dramatiq.actor(broker=app.broker, actor_name="sink", max_retries=0)
-    def sink(marker: str, *rest: Any, **extra: Any) -> None:
-        with lock:
-            runs[marker] += 1
-
-    assert isinstance(app.broker, ExchangeBroker)
-    app.broker.ensure_topology()
-    return runs
-
-
-def dead_letters_by_id(app: App) -> Counter[str]:
-    return Counter(letter.id.split(".")[0] for letter in app.dead_letters.list(limit=10_000))
 
 
 @pytest.mark.timeout(SETTLE_S + 60)

@@ -13,9 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 import dramatiq
+import orjson
 import pika
 import psycopg
 
+from pipelines.app import App
+from pipelines.broker import ExchangeBroker
 from pipelines.outcome import outcome_of
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -140,3 +143,36 @@ class Effects:
             connection.close()
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
             connection.execute(f"DROP TABLE IF EXISTS {self.table}")
+
+
+def body(marker: str, *, actor: str = "sink", options: dict[str, Any] | None = None, **fields: Any) -> bytes:
+    """A Dramatiq message body for ``actor`` with ``options``, and any field replaced by ``fields``."""
+    message = {
+        "queue_name": "default",
+        "actor_name": actor,
+        "args": [marker],
+        "kwargs": {},
+        "options": options or {},
+        "message_id": marker,
+        "message_timestamp": 1,
+    }
+    return orjson.dumps({**message, **fields})
+
+
+def declare_sink(app: App) -> Counter[str]:
+    """Declare ``sink``, which counts its runs by the marker it is given."""
+    runs: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @dramatiq.actor(broker=app.broker, actor_name="sink", max_retries=0)
+    def sink(marker: str, *rest: Any, **extra: Any) -> None:
+        with lock:
+            runs[marker] += 1
+
+    assert isinstance(app.broker, ExchangeBroker)
+    app.broker.ensure_topology()
+    return runs
+
+
+def dead_letters_by_id(app: App) -> Counter[str]:
+    return Counter(letter.id.split(".")[0] for letter in app.dead_letters.list(limit=10_000))

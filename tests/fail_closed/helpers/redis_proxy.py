@@ -27,7 +27,7 @@ ERROR_REPLIES = {
 }
 
 
-def _read(stream: BinaryIO) -> tuple[bytes, list[bytes]]:
+def _read(stream: BinaryIO) -> tuple[bytes, list[bytes]]:  # noqa: PLR0911 (one return per RESP type)
     """One RESP2 or RESP3 value: its raw bytes, and its bulk strings (a command's name and arguments)."""
     line = stream.readline()
     if not line:
