@@ -70,8 +70,8 @@ def inputs(draw: st.DrawFn) -> tuple[Callable[[str], bytes], dict[str, Any] | No
     if kind == "json":
         value = draw(json_values)
         return (lambda _m: orjson.dumps(value)), draw(headers)
-    fields = draw(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=2))
-    chosen = draw(options)
+    fields: dict[str, Any] = draw(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=2))
+    chosen: dict[str, Any] = draw(options)
     return (lambda m: body(m, **({"options": chosen} | fields))), draw(headers)
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import dramatiq
@@ -94,7 +95,7 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
         for stop in range(1, STOPS + 1):
             # Stop whenever another slice of the work is done, so every stop lands mid-run.
             share = stop * CHAINS * STEPS // (STOPS + 2)
-            _wait(lambda share=share: sum(runs_table.counts().values()) >= share, 90, log)
+            _wait(partial(_done_at_least, runs_table, share), 90, log)
             os.killpg(worker.pid, signal.SIGSTOP)
             time.sleep(STOP_S)  # the stall itself
             os.killpg(worker.pid, signal.SIGCONT)
@@ -124,6 +125,10 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
                 worker.wait(timeout=30)
         app.close()
         delete_namespace(namespace)
+
+
+def _done_at_least(table: Effects, count: int) -> bool:
+    return sum(table.counts().values()) >= count
 
 
 def _signature(tag: str, value: int) -> int:

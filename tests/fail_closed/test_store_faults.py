@@ -69,7 +69,7 @@ def declare(app: App, effects: Effects, *, pause_ms: int = 0) -> dict[str, drama
         effects.apply(f"book-{tag}-{value}")
         if pause_ms and not paused.is_set():
             paused.set()
-            redis.Redis.from_url(REDIS_URL).execute_command("CLIENT", "PAUSE", pause_ms, "ALL")
+            redis.Redis.from_url(REDIS_URL).execute_command("CLIENT", "PAUSE", pause_ms, "ALL")  # type: ignore[no-untyped-call]
         return value + 1
 
     return {"charge": charge, "book": book}

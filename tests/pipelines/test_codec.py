@@ -239,8 +239,10 @@ def test_str_and_int_enums_and_tuples_travel_as_their_json_values() -> None:
     )
     decoded = decode_message(encode_message(message))
     assert decoded.args == ("dark", 3, [1, 2])
-    assert decoded.args[0] == Shade.DARK
-    assert decoded.args[1] == Size.BIG
+    shade: object = decoded.args[0]
+    size: object = decoded.args[1]
+    assert shade == Shade.DARK
+    assert size == Size.BIG
 
 
 def test_a_step_result_that_is_a_datetime_is_refused() -> None:
