@@ -22,6 +22,9 @@ from pipelines.context import MessageContext, current_correlation_id, enter_mess
 class CorrelationId(Middleware):
     """Stamps correlation ids on enqueue and holds the message context while a message runs."""
 
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
+    fails_open = True
+
     def __init__(self, *, logging: LoggingConfig | None = None) -> None:
         self.logging = logging
 

@@ -24,8 +24,10 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
+from pipelines import wire_options
+from pipelines.deferral import put_off, put_off_while_store_down
+from pipelines.effects import enter_keyed
 from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
-from pipelines.middleware.deferral import put_off, put_off_while_store_down
 from pipelines.outcome import KeyClaim, fail_message, outcome_of
 from pipelines.store.roles import KeyClaims
 
@@ -65,7 +67,7 @@ class Idempotency(Middleware):
         if opt.STEP in message.options:
             return None
         actor = broker.get_actor(message.actor_name)
-        key: str | Callable[..., Any] | None = message.options.get(opt.IDEMPOTENCY_KEY)
+        key: str | Callable[..., Any] | None = wire_options.idempotency_key(message.options)
         if key is None:
             key = actor.options.get(opt.IDEMPOTENCY_KEY)
         if callable(key):
@@ -97,6 +99,7 @@ class Idempotency(Middleware):
             raise SkipMessage from None
         if outcome == "run":
             outcome_of(message).key_claim = KeyClaim(key, holder)
+            enter_keyed(key)
             return
         if outcome == "done":
             self.duplicates_skipped += 1
@@ -114,12 +117,22 @@ class Idempotency(Middleware):
         result: Any | None = None,
         exception: BaseException | None = None,
     ) -> None:
+        self._settle(message, succeeded=exception is None)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        # A hook after this one stopped the message after its key was claimed: let the key go at once,
+        # so the copy that was put off (or replayed) does not wait for the lease to lapse.
+        self._settle(message, succeeded=False)
+
+    def _settle(self, message: dramatiq.broker.MessageProxy, *, succeeded: bool) -> None:
         claim = outcome_of(message).key_claim
         if claim is None:
             return
+        enter_keyed(None)
+        outcome_of(message).key_claim = None
         key, holder = claim
         try:
-            if exception is None:
+            if succeeded:
                 self.store.finish_key(key, retention_s=self.retention_s)
             else:
                 self.store.release_key(key, holder=holder)

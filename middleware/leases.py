@@ -35,8 +35,8 @@ from pipelines import progress
 from pipelines.broker.common import PipelineBroker, pipeline_broker
 from pipelines.codec import decode_message, encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso
+from pipelines.deferral import put_off_while_store_down
 from pipelines.errors import PipelinesError, ServiceUnavailable
-from pipelines.middleware.deferral import put_off_while_store_down
 from pipelines.outcome import outcome_of
 from pipelines.plan import StepAddress
 from pipelines.runtime import Runtime

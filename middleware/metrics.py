@@ -41,6 +41,9 @@ RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 class Metrics(Middleware):
     """Counts, times and gauges messages, runs, workers and schedules (see the module docstring)."""
 
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
+    fails_open = True
+
     def __init__(
         self,
         *,

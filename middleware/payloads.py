@@ -18,7 +18,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines.middleware.deferral import put_off
+from pipelines.deferral import put_off
 from pipelines.outcome import fail_message
 from pipelines.payloads import (
     InvalidArguments,

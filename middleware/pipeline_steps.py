@@ -3,7 +3,13 @@
 Before a step runs, its claim in the run store decides: run it, skip it (the run ended, or this is a
 duplicate of a finished step, whose continuation is re-driven if it never started), or put it off
 (another worker holds its lease). After it ran, the result is recorded and what follows is published;
-a failure is recorded, and fails the run once the retries are exhausted. Must come before ``Backoff``
+a failure is recorded, and fails the run once the retries are exhausted.
+
+Recording survives a store that stalls or fails for a while: it is tried again for up to
+``COMPLETION_RETRY_S`` (within the step's lease), and if it still cannot be done the result travels
+with a copy of the message, put off in the delay queues: that copy records the result and advances
+the run without running the actor again (``pipeline_result``), as often as needed until the store
+answers. A dead letter of such a copy keeps the result too, so its replay records it. Must come before ``Backoff``
 in the middleware list, so that its ``after_process_message`` sees whether the failure was final.
 """
 
@@ -11,12 +17,16 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
+from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.broker.common import pipeline_broker
+from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.errors import (
     Cancelled,
     DefinitionError,
@@ -25,7 +35,6 @@ from pipelines.errors import (
     ResultTooLarge,
     ServiceUnavailable,
 )
-from pipelines.middleware.deferral import put_off, put_off_while_store_down
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
 from pipelines.runtime import Runtime
@@ -34,8 +43,14 @@ logger = logging.getLogger(__name__)
 
 #: Longest a copy of a step held by another worker waits before it looks again, in ms.
 BUSY_RECHECK_MS = 30_000
+#: Longest a worker keeps trying to record a finished step before its result travels with a copy, in s.
+COMPLETION_RETRY_S = 15.0
+#: First and longest pause between those tries, in s.
+COMPLETION_BACKOFF_S = (0.25, 4.0)
 
 _in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("in_pipeline_step", default=False)
+#: When (monotonic s) the lease of the step this thread runs lapses.
+_lease_end: contextvars.ContextVar[float] = contextvars.ContextVar("pipeline_step_lease_end", default=0.0)
 
 
 class _StepResultWarning(logging.Filter):
@@ -60,6 +75,10 @@ class PipelineSteps(Middleware):
         address = StepAddress.of(message)
         if address is None:
             return
+        carried = wire_options.step_result(message.options)
+        if carried is not None:
+            self._record(broker, message, address, carried)
+            raise SkipMessage
         try:
             claim = self.runtime.claim(message, address)
         except ServiceUnavailable as e:
@@ -67,6 +86,7 @@ class PipelineSteps(Middleware):
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
+            _lease_end.set(time.monotonic() + self.runtime.lease_ms / 1000)
             return
         if claim.kind == "busy":
             put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
@@ -112,21 +132,68 @@ class PipelineSteps(Middleware):
             else:
                 self._complete(broker, message, address, result)
         except (ServiceUnavailable, PublishError):
-            # The result may be recorded but what follows was not published: keep the message
-            # (dead-lettered); a replay re-drives the continuation without running the step again.
+            if exception is not None and not message.failed:
+                # The retry Backoff scheduled claims the step as its next attempt: nothing is stranded.
+                logger.warning("Could not record a failed attempt of step %s of run %s.", address.node, address.run_id)
+                return
+            # A final failure not recorded: keep the message (dead-lettered) with the reason.
             logger.exception("Could not advance run %s after step %s; dead-lettering.", address.run_id, address.node)
             fail_message(message, "could not advance the run")
 
     def _complete(
         self,
-        broker: dramatiq.Broker,
+        broker: dramatiq.broker.Broker,
         message: dramatiq.broker.MessageProxy,
         address: StepAddress,
         result: Any,
     ) -> None:
         try:
-            self.runtime.complete(pipeline_broker(broker), message, address, result)
+            value = self.runtime.result_json(pipeline_broker(broker), message, address, result)
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
             self.runtime.fail(message, address, e, final=True)
             fail_message(message, "permanent error", e)
+            return
+        deadline = min(time.monotonic() + COMPLETION_RETRY_S, _lease_end.get() - COMPLETION_BACKOFF_S[1])
+        pause, longest = COMPLETION_BACKOFF_S
+        while True:
+            try:
+                self.runtime.advance(pipeline_broker(broker), message, address, value)
+            except (ServiceUnavailable, PublishError) as e:
+                if time.monotonic() + pause > deadline:
+                    self._carry(broker, message, address, value, e)
+                    return
+                logger.warning(
+                    "Could not record step %s of run %s yet (%s); trying again.", address.node, address.run_id, e
+                )
+            else:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
+
+    def _carry(
+        self,
+        broker: dramatiq.broker.Broker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        value: str,
+        error: Exception,
+    ) -> None:
+        """Put the message off with its result, so its next delivery records it without running the actor."""
+        message.options[opt.STEP_RESULT] = value
+        why = f"the result of step {address.node} of run {address.run_id} could not be recorded yet ({error})"
+        put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, why)
+
+    def _record(
+        self, broker: dramatiq.broker.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress, value: str
+    ) -> None:
+        """Record a result a message carries (its step ran already) and advance the run; put it off again
+        while the store (or the broker) does not answer."""
+        try:
+            self.runtime.advance(pipeline_broker(broker), message, address, value)
+        except (ServiceUnavailable, PublishError) as e:
+            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"its result could not be recorded yet ({e})")
+            return
+        logger.info(
+            "Recorded the result %s carried for step %s of run %s.", message.message_id, address.node, address.run_id
+        )

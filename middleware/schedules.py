@@ -21,8 +21,8 @@ from dramatiq.middleware import Middleware, SkipMessage
 from periodiq import cron
 
 from pipelines import options as opt
+from pipelines.deferral import put_off_while_store_down
 from pipelines.errors import ServiceUnavailable
-from pipelines.middleware.deferral import put_off_while_store_down
 from pipelines.outcome import outcome_of
 from pipelines.schedules import enter_tick, missed_ticks, tick_of
 from pipelines.store.roles import OnceMarks, ScheduleTicks

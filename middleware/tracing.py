@@ -75,6 +75,9 @@ def _process_attributes(queue: str, actor: str) -> dict[str, Any]:
 class Tracing(Middleware):
     """Starts and ends the spans of publishing and processing (see the module docstring)."""
 
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
+    fails_open = True
+
     def __init__(self, *, tracer: trace.Tracer, namespace: str) -> None:
         self.tracer = tracer
         self.namespace = namespace

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pipelines.context import correlation, current_correlation_id
     from pipelines.current import current_app
     from pipelines.dlq import DeadLetter, DeadLetterQueues
+    from pipelines.effects import NoEffectKey, current_effect_key
     from pipelines.errors import (
         BrokerAccessRefused,
         BrokerUnavailable,
@@ -78,6 +79,7 @@ __all__ = [
     "DefinitionError",
     "InvalidActorOption",
     "MessageTooLarge",
+    "NoEffectKey",
     "Node",
     "Parallel",
     "PipelinesError",
@@ -107,6 +109,7 @@ __all__ = [
     "correlation",
     "current_app",
     "current_correlation_id",
+    "current_effect_key",
     "fan_out",
     "for_each",
     "group",
@@ -133,6 +136,7 @@ _MODULES = {
     ),
     "pipelines.config": ("Settings", "load_settings"),
     "pipelines.context": ("correlation", "current_correlation_id"),
+    "pipelines.effects": ("NoEffectKey", "current_effect_key"),
     "pipelines.current": ("current_app",),
     "pipelines.dlq": ("DeadLetter", "DeadLetterQueues"),
     "pipelines.errors": (

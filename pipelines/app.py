@@ -76,6 +76,10 @@ def build_middleware(
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
     - ``Timeout`` comes before Dramatiq's ``TimeLimit``, which enforces the limit it sets.
+    - ``TimeLimit`` is last: its ``before_process_message`` arms the limit just before the actor runs
+      and its ``after_process_message`` (the first after hook) disarms it as soon as the actor returns,
+      so it interrupts only the actor, never a claim or the record of a step that finished (a limit
+      that fired there after a stall made a step that had done its work run again).
     - ``Payloads`` opens sealed arguments and validates typed payloads before anything reads them
       (idempotency keys are computed from what the actor will get).
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
@@ -107,7 +111,6 @@ def build_middleware(
         *observing,
         AgeLimit(),
         Timeout(default_s=settings.worker.time_limit_s, consumer_timeout_s=settings.broker.consumer_timeout_s),
-        TimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
         ShutdownNotifications(),
         Callbacks(),
         Pipelines(),
@@ -133,6 +136,7 @@ def build_middleware(
         DeadLetter(),
         PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
         schedules,
+        TimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
     ]
 
 
@@ -315,7 +319,9 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
         warn_bytes=settings.broker.warn_message_bytes,
         large_policy=settings.broker.large_message_policy,
     )
-    broker = make_broker(settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware)
+    broker = make_broker(
+        settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware, marks=store
+    )
     return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
 
 

@@ -2,11 +2,18 @@
 
 Our brokers call this codec directly instead of Dramatiq's process-wide encoder, so nothing in a
 user's process can switch this wire format to pickle by accident.
+
+JSON means JSON: arguments (and step results) are refused unless a JSON round trip gives them back
+unchanged, with two documented conversions applied the same way on both sides: a tuple arrives as a
+list, and a pydantic model (a typed payload or result) as its JSON (its actor validates it back). A
+``str``/``int`` enum arrives as its value, which compares equal. Anything orjson would quietly turn
+into something else (a ``datetime`` or ``UUID`` into a string, a dataclass into a dict, NaN into
+null) is refused at send, naming where it is.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from typing import Any
 
 import dramatiq
@@ -17,6 +24,15 @@ from pipelines.errors import DefinitionError
 from pipelines.options import BRANCHES, EVENT_TOPIC
 
 _FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp")
+_FIELD_TYPES: dict[str, type] = {
+    "queue_name": str,
+    "actor_name": str,
+    "args": list,
+    "kwargs": dict,
+    "options": dict,
+    "message_id": str,
+    "message_timestamp": int,
+}
 
 
 class MalformedMessage(ValueError):
@@ -34,10 +50,22 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
     """Encode a message as JSON bytes.
 
     Raises:
-        DefinitionError: When an argument or option is not JSON-serializable, naming the actor.
+        DefinitionError: When an argument is not JSON (see the module docstring), naming the actor and where.
     """
+    problem = _not_json(message.args, "args") or _not_json(message.kwargs, "kwargs")
+    if problem is not None and "NaN" in problem:
+        raise DefinitionError(
+            f"A message for {_target(message)} has a NaN or infinite number in its arguments ({problem}). "
+            "Send a finite number, or None on purpose."
+        )
+    if problem is not None:
+        raise DefinitionError(
+            f"A message for {_target(message)} has arguments that are not JSON: {problem}. Pass ids and plain "
+            "values (str, int, float, bool, None, lists, dicts with string keys); convert a datetime with "
+            ".isoformat() and a UUID with str() before sending, and back in the actor."
+        )
     try:
-        body = orjson.dumps(
+        return orjson.dumps(
             {
                 "queue_name": message.queue_name,
                 "actor_name": message.actor_name,
@@ -50,18 +78,7 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
             default=_jsonable,
         )
     except TypeError as e:
-        raise DefinitionError(
-            f"A message for {_target(message)} has arguments that are not JSON: {e}. "
-            "Pass ids and plain values (str, int, float, bool, None, lists, dicts)."
-        ) from None
-    # orjson writes NaN and infinities as null: look for them (with the standard library's strict
-    # encoder) only when a null is there at all.
-    if b"null" in body and not _strict_json((message.args, message.kwargs)):
-        raise DefinitionError(
-            f"A message for {_target(message)} has a NaN or infinite number in its arguments, which JSON "
-            "cannot carry (it would arrive as None). Send a finite number, or None on purpose."
-        )
-    return body
+        raise DefinitionError(f"A message for {_target(message)} has a value JSON cannot carry: {e}.") from None
 
 
 def _target(message: dramatiq.Message[Any]) -> str:
@@ -71,13 +88,29 @@ def _target(message: dramatiq.Message[Any]) -> str:
     return f"event {topic!r}" if topic else f"the fan-out to {', '.join(message.options.get(BRANCHES) or ())}"
 
 
-def _strict_json(value: Any) -> bool:
-    """Whether ``value`` encodes as JSON without NaN or infinities."""
-    try:
-        json.dumps(value, allow_nan=False, default=_jsonable)
-    except ValueError:
-        return False
-    return True
+#: Types a JSON round trip gives back as they were (bool is an int; their subclasses are enums), and
+#: pydantic models, which travel as their JSON and are validated back by their actor.
+_PLAIN = (str, int, float, type(None), BaseModel)
+
+
+def _not_json(value: Any, where: str) -> str | None:
+    """What in ``value`` would not come back from a JSON round trip unchanged, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value}: JSON has no NaN or infinite numbers (it would arrive as None)"
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return f"{where} is an integer over 64 bits"
+    if isinstance(value, _PLAIN):
+        return None
+    if isinstance(value, list | tuple):
+        children = [(f"{where}[{index}]", item) for index, item in enumerate(value)]
+    elif isinstance(value, dict):
+        odd = [key for key in value if not isinstance(key, str)]
+        if odd:
+            return f"{where} has the key {odd[0]!r}, which is not a string"
+        children = [(f"{where}[{key!r}]", item) for key, item in value.items()]
+    else:
+        return f"{where} is a {type(value).__name__} ({value!r:.60})"
+    return next((found for place, item in children if (found := _not_json(item, place))), None)
 
 
 def decode_message(body: bytes) -> dramatiq.Message[Any]:
@@ -90,26 +123,26 @@ def decode_message(body: bytes) -> dramatiq.Message[Any]:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise MalformedMessage(f"body is not JSON ({e}); first bytes: {body[:40]!r}") from None
+    check_fields(data)
+    data["args"] = tuple(data["args"])
+    return dramatiq.Message(**{name: data[name] for name in _FIELDS})
+
+
+def check_fields(data: object) -> None:
+    """Check that decoded JSON is an object with Dramatiq's message fields, each of its type.
+
+    Raises:
+        MalformedMessage: Naming the first field missing or of the wrong type.
+    """
     if not isinstance(data, dict):
         raise MalformedMessage(f"body is JSON {type(data).__name__}, not an object")
     missing = [name for name in _FIELDS if name not in data]
     if missing:
         raise MalformedMessage(f"body lacks the field(s) {', '.join(missing)}")
-    checks = {
-        "queue_name": str,
-        "actor_name": str,
-        "args": list,
-        "kwargs": dict,
-        "options": dict,
-        "message_id": str,
-        "message_timestamp": int,
-    }
-    for name, kind in checks.items():
+    for name, kind in _FIELD_TYPES.items():
         # bool is an int to isinstance, not to JSON producers: a `true` timestamp is malformed.
         if not isinstance(data[name], kind) or isinstance(data[name], bool):
             raise MalformedMessage(f"field {name} is {type(data[name]).__name__}, expected {kind.__name__}")
-    data["args"] = tuple(data["args"])
-    return dramatiq.Message(**{name: data[name] for name in _FIELDS})
 
 
 def encode_value(value: Any) -> str:
@@ -118,10 +151,10 @@ def encode_value(value: Any) -> str:
     Raises:
         DefinitionError: When the result is not JSON-serializable.
     """
-    try:
-        return orjson.dumps(value, default=_jsonable).decode()
-    except TypeError as e:
-        raise DefinitionError(f"A step returned a value that is not JSON ({e}). Return plain values or ids.") from None
+    problem = _not_json(value, "the result")
+    if problem is not None:
+        raise DefinitionError(f"A step returned a value that is not JSON ({problem}). Return plain values or ids.")
+    return orjson.dumps(value, default=_jsonable).decode()
 
 
 def decode_value(text: str) -> Any:

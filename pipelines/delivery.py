@@ -7,15 +7,37 @@ shared input. Each copy gets its own deterministic message id, so a redelivery k
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dramatiq
 
 from pipelines import options as opt
+from pipelines.wire_options import MalformedOption
 
 
 class UnresolvableMessage(ValueError):
     """A message that does not fit the queue it arrived on; the message says why."""
+
+
+def _branch(branches: object, actor_name: str) -> Mapping[str, Any] | None:
+    """This actor's branch of a fan-out's ``pipeline_branches`` option, checked.
+
+    Raises:
+        MalformedOption: The option, or this actor's branch, is not of the fan-out's shape.
+    """
+    if not isinstance(branches, dict):
+        raise MalformedOption(opt.BRANCHES, branches, "an object of actor name to branch")
+    branch = branches.get(actor_name)
+    if branch is None:
+        return None
+    expected = "a branch {args: list, kwargs: object, options: object}"
+    if not isinstance(branch, dict):
+        raise MalformedOption(opt.BRANCHES, branches, expected)
+    for name, kind in (("args", list), ("kwargs", dict), ("options", dict)):
+        if not isinstance(branch.get(name, kind()), kind):
+            raise MalformedOption(opt.BRANCHES, branches, expected)
+    return branch
 
 
 def resolve(message: dramatiq.Message[Any], *, actor_name: str, queue_name: str) -> dramatiq.Message[Any]:
@@ -24,6 +46,7 @@ def resolve(message: dramatiq.Message[Any], *, actor_name: str, queue_name: str)
     Raises:
         UnresolvableMessage: When a fan-out body has no branch for this actor, or a direct message
             names another actor.
+        MalformedOption: A fan-out's branches are not of its shape.
     """
     if message.actor_name:
         if message.actor_name != actor_name:
@@ -35,7 +58,7 @@ def resolve(message: dramatiq.Message[Any], *, actor_name: str, queue_name: str)
         return message.copy(queue_name=queue_name)
     branches = message.options.get(opt.BRANCHES)
     if branches is not None:
-        branch = branches.get(actor_name)
+        branch = _branch(branches, actor_name)
         if branch is None:
             raise UnresolvableMessage(f"fan-out message has no branch for actor {actor_name!r}")
         options = {key: value for key, value in message.options.items() if key != opt.BRANCHES}

@@ -16,6 +16,9 @@ BRANCHES: Final = "pipeline_branches"
 EVENT_TOPIC: Final = "event_topic"
 #: Message option: when (epoch milliseconds) a delayed message is due.
 ETA: Final = "eta"
+#: Message option: a step's result (JSON text) that the run store could not record when the step ran;
+#: the message carries it so that its next delivery records it without running the actor again.
+STEP_RESULT: Final = "pipeline_result"
 #: Message option: the name of the registered pipeline a step belongs to.
 PIPELINE: Final = "pipeline_name"
 

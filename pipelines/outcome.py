@@ -55,6 +55,8 @@ class MessageOutcome:
     """Skipped as a duplicate (its step, key or tick ran already)."""
     retry_scheduled: bool = False
     """A retry was scheduled (in the delay queues, or in place)."""
+    deferred: bool = False
+    """Put off: a copy was enqueued with a delay, and this delivery let go without running."""
 
     # What a middleware holds between its before and after hooks.
     job: Job | None = None

@@ -326,10 +326,21 @@ class Runtime:
     def complete(
         self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
     ) -> Advance:
-        """Record a step's result and publish what follows it.
+        """Record a step's result and publish what follows it (:meth:`result_json`, then :meth:`advance`).
 
         Raises:
             ResultTooLarge: The result is over ``store.max_result_bytes`` (nothing is recorded).
+        """
+        return self.advance(broker, message, address, self.result_json(broker, message, address, result))
+
+    def result_json(
+        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
+    ) -> str:
+        """A step's result as it is recorded: sealed if its actor encrypts, as JSON, within the size limit.
+
+        Raises:
+            ResultTooLarge: The result is over ``store.max_result_bytes``.
+            DefinitionError: The result is not JSON.
         """
         actor = broker.actors.get(message.actor_name)
         if self.sealer is not None and actor is not None and encrypts(actor):
@@ -340,8 +351,19 @@ class Runtime:
                 f"Step {address.node} ({message.actor_name}) returned {len(value)} bytes, over "
                 f"store.max_result_bytes = {self.max_result_bytes}. Return an id or a URL, not the data."
             )
+        return value
+
+    def advance(
+        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, value_json: str
+    ) -> Advance:
+        """Record a step's result (JSON, from :meth:`result_json`) and publish what follows it.
+
+        Raises:
+            ServiceUnavailable: The store (or the broker) did not answer.
+            PublishError: What follows was not published (the result is recorded: do it again to re-drive).
+        """
         advance = self.store.complete_step(
-            address.run_id, address.node, address.up, value, trace_parent=self._trace_parent()
+            address.run_id, address.node, address.up, value_json, trace_parent=self._trace_parent()
         )
         self._follow(broker, message, address, advance)
         return advance

@@ -4,16 +4,17 @@ topology, event messages, size limits and hook dispatch."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeGuard
+from typing import Any, Protocol, TypeGuard, cast
 
 import dramatiq
-from dramatiq.middleware import MiddlewareError
+from dramatiq.middleware import MiddlewareError, SkipMessage
 
 from pipelines import naming
 from pipelines import options as opt
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterPublisher
 from pipelines.errors import DefinitionError, MessageTooLarge
+from pipelines.guards import after_failed, fails_open, refuse
 from pipelines.profiles import profile_of
 from pipelines.routing import route_of
 from pipelines.topology import ActorRoute, Topology, build_topology
@@ -178,20 +179,29 @@ class HookDispatch:
         return hooks
 
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        """Dramatiq's rules, except that a guard failing before a message is processed stops it there
+        (:mod:`pipelines.guards`): only observability fails open."""
         for hook in self._hooks("before_" + signal):
             try:
                 hook(self, *args, **kwargs)
             except MiddlewareError:
                 raise
-            except Exception:
-                self.logger.critical("Unexpected failure in before_%s of %r.", signal, hook, exc_info=True)
+            except Exception as e:
+                if signal != "process_message" or fails_open(hook):
+                    self.logger.critical("Unexpected failure in before_%s of %r.", signal, hook, exc_info=True)
+                    continue
+                refuse(cast(dramatiq.Broker, self), args[0], hook, e)
+                raise SkipMessage from None
 
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
         for hook in reversed(self._hooks("after_" + signal)):
             try:
                 hook(self, *args, **kwargs)
-            except Exception:
-                self.logger.critical("Unexpected failure in after_%s of %r.", signal, hook, exc_info=True)
+            except Exception as e:
+                if signal == "process_message" and not fails_open(hook):
+                    after_failed(args[0], hook, e)
+                else:
+                    self.logger.critical("Unexpected failure in after_%s of %r.", signal, hook, exc_info=True)
 
     def add_middleware(self, middleware: dramatiq.Middleware, **kwargs: Any) -> None:
         self.__dict__.pop("_hook_cache", None)

@@ -54,6 +54,22 @@ CHANGE_CALLBACK_INTERVAL_S = 0.2
 LIVENESS_CHECK_S = 30.0
 
 
+#: Error replies Redis gives while it cannot serve for a while (it may, a moment later): loading its data,
+#: a replica that is read-only or has lost its master, a script running too long, out of memory, a
+#: cluster failing over. LOADING arrives as redis-py's BusyLoadingError, a ConnectionError.
+TRANSIENT_REPLIES = ("READONLY", "BUSY", "OOM", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "LOADING")
+
+
+def _transient_reply(error: redis.ResponseError) -> bool:
+    return str(error).split(" ", 1)[0] in TRANSIENT_REPLIES or isinstance(
+        error,
+        redis.exceptions.ReadOnlyError
+        | redis.exceptions.OutOfMemoryError
+        | redis.exceptions.ClusterDownError
+        | redis.exceptions.TryAgainError,
+    )
+
+
 def _script(name: str) -> str:
     return resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
 
@@ -102,6 +118,11 @@ class RedisRunStore:
                 "in store.url (or PIPELINES_STORE__URL)."
             ) from None
         except redis.ResponseError as e:
+            if _transient_reply(e):
+                raise StoreUnavailable(
+                    f"Redis at {mask_url(self._url)} cannot serve now ({e}). It is loading, read-only, busy, out "
+                    "of memory or without its master; the operation is tried again later."
+                ) from None
             if "DB index" not in str(e):
                 raise
             raise StoreUnavailable(
@@ -269,6 +290,10 @@ class RedisRunStore:
     def forget_once(self, key: str) -> None:
         with self._answering():
             self._redis.delete(once_key(self._namespace, key))
+
+    def is_marked(self, key: str) -> bool:
+        with self._answering():
+            return bool(self._redis.exists(once_key(self._namespace, key)))
 
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
         args = [node, "" if fraction is None else repr(float(fraction)), text]

@@ -138,6 +138,9 @@ class OnceMarks(Protocol):
     def forget_once(self, key: str) -> None:
         """Undo :meth:`mark_once` (what was marked did not happen after all)."""
 
+    def is_marked(self, key: str) -> bool:
+        """Whether ``key`` is marked (within the retention it was marked with)."""
+
 
 class KeyClaims(Protocol):
     """Idempotency keys of standalone messages: claimed, finished or released."""

@@ -37,7 +37,6 @@ def test_the_middleware_run_in_one_documented_order() -> None:
         CorrelationId,
         AgeLimit,
         Timeout,
-        TimeLimit,
         ShutdownNotifications,
         Callbacks,
         Pipelines,
@@ -49,6 +48,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
         DeadLetter,
         PeriodiqMiddleware,
         Schedules,
+        TimeLimit,
     ]
 
 

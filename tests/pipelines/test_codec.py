@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
 import json
 import pickle
+import uuid
 from typing import Any
 
 import dramatiq
@@ -12,6 +17,25 @@ import pytest
 from pipelines import options as opt
 from pipelines.codec import MalformedMessage, decode_message, decode_value, encode_message, encode_value
 from pipelines.errors import DefinitionError
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Colour(enum.Enum):
+    RED = 1
+
+
+class Shade(enum.StrEnum):
+    DARK = "dark"
+
+
+class Size(enum.IntEnum):
+    BIG = 3
+
 
 FIELDS = {"queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp"}
 
@@ -121,10 +145,34 @@ def test_a_malformed_message_is_a_value_error() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [{1, 2}, object(), b"raw bytes", 2**70, {1: "int key"}],
-    ids=["set", "object", "bytes", "int-over-64-bits", "int-key"],
+    [
+        {1, 2},
+        object(),
+        b"raw bytes",
+        2**70,
+        {1: "int key"},
+        datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC),
+        datetime.date(2026, 12, 1),
+        uuid.UUID(int=7),
+        decimal.Decimal("1.10"),
+        Point(1, 2),
+        Colour.RED,
+    ],
+    ids=[
+        "set",
+        "object",
+        "bytes",
+        "int-over-64-bits",
+        "int-key",
+        "datetime",
+        "date",
+        "uuid",
+        "decimal",
+        "dataclass",
+        "enum",
+    ],
 )
-def test_arguments_that_are_not_json_are_a_definition_error_naming_the_actor(value: object) -> None:
+def test_arguments_that_would_not_survive_a_json_round_trip_are_refused_naming_the_actor(value: object) -> None:
     message: dramatiq.Message[Any] = dramatiq.Message(
         queue_name="default", actor_name="charge", args=(value,), kwargs={}, options={}
     )
@@ -175,6 +223,31 @@ def test_a_step_result_survives_encode_value_and_decode_value(value: object) -> 
     text = encode_value(value)
     assert isinstance(text, str)
     assert decode_value(text) == value
+
+
+def test_a_datetime_argument_is_refused_at_send_with_what_to_do() -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="q", actor_name="remind", args=(), kwargs={"at": datetime.datetime.now(datetime.UTC)}, options={}
+    )
+    with pytest.raises(DefinitionError, match=r"kwargs\['at'\] is a datetime .*\.isoformat\(\)"):
+        encode_message(message)
+
+
+def test_str_and_int_enums_and_tuples_travel_as_their_json_values() -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="q", actor_name="paint", args=(Shade.DARK, Size.BIG, (1, 2)), kwargs={}, options={}
+    )
+    decoded = decode_message(encode_message(message))
+    assert decoded.args == ("dark", 3, [1, 2])
+    shade: object = decoded.args[0]
+    size: object = decoded.args[1]
+    assert shade == Shade.DARK
+    assert size == Size.BIG
+
+
+def test_a_step_result_that_is_a_datetime_is_refused() -> None:
+    with pytest.raises(DefinitionError, match=r"the result\['at'\]\[0\] is a datetime"):
+        encode_value({"at": [datetime.datetime.now(datetime.UTC)]})
 
 
 def test_tuples_in_step_results_come_back_as_lists() -> None:

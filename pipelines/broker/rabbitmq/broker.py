@@ -25,6 +25,7 @@ from pipelines.broker.rabbitmq.consuming import Delivery, GroupConsumer
 from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.publishing import Publishing
+from pipelines.broker.rabbitmq.screening import DeadLetterMarks
 from pipelines.codec import encode_message
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
@@ -32,6 +33,7 @@ from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionE
 from pipelines.naming import dead_letter_queue
 from pipelines.outbound import Outbound
 from pipelines.routing import route_of
+from pipelines.store.roles import OnceMarks
 from pipelines.topology import DELAY_TIER_HEADER, Topology
 
 logger = logging.getLogger(__name__)
@@ -47,8 +49,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         namespace: str,
         outbound: Outbound,
         middleware: list[dramatiq.Middleware] | None = None,
+        marks: OnceMarks | None = None,
     ) -> None:
         super().__init__(url=config.url, confirm_delivery=config.confirm_delivery, middleware=middleware)
+        self.dead_letter_marks = DeadLetterMarks(marks)
+        """Which deliveries were dead-lettered already (a redelivered copy is not dead-lettered again)."""
         self.config = config
         self.namespace = namespace
         self.outbound = outbound

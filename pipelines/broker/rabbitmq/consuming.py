@@ -1,8 +1,10 @@
 """Consuming: one channel per Dramatiq queue name serves every actor queue of that group.
 
-Each body is checked before Dramatiq sees it: one that is not a message for the queue's actor (not
-JSON, fields missing, another actor's, over the size limit) is dead-lettered with the reason and
-never reaches a worker thread. A delayed message back from a delay tier before it is due goes on to
+Each delivery is screened before Dramatiq sees it (``screening``): one that is not a message for the
+queue's actor (not JSON, fields missing, another actor's, over the size limit, an option or header of
+the wrong type) is dead-lettered with the reason and never reaches a worker thread, and nothing a
+producer publishes can raise out of ``__next__``. A redelivered copy of a message dead-lettered already
+is acknowledged without a second dead letter. A delayed message back from a delay tier before it is due goes on to
 the next tier. Deliveries are settled by what the middleware decided (:mod:`pipelines.outcome`): a
 failed one is published to its dead-letter queue with its reason and then acknowledged, a dropped
 one is acknowledged, and a retry in place goes back to the head of its queue.
@@ -28,11 +30,11 @@ from dramatiq.errors import ConnectionClosed
 from pipelines import options as opt
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connections import dramatiq_error
+from pipelines.broker.rabbitmq.screening import dead_letter_reason, screen
 from pipelines.broker.rabbitmq.settling import Settlements
-from pipelines.codec import MalformedMessage, decode_message, encode_message
+from pipelines.codec import encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso, reason_for
-from pipelines.delivery import UnresolvableMessage, resolve
-from pipelines.errors import MessageTooLarge, PipelinesError
+from pipelines.errors import PipelinesError
 from pipelines.outcome import outcome_of
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class Delivery(dramatiq.broker.MessageProxy):
         queue: str,
         routing_key: str,
         delivery_count: int,
+        body: bytes = b"",
     ) -> None:
         super().__init__(message)
         self.tag = tag
@@ -66,6 +69,8 @@ class Delivery(dramatiq.broker.MessageProxy):
         self.consumer = consumer
         self.queue = queue
         self.routing_key = routing_key
+        self.body = body
+        """The body as it was received (what a redelivered copy of it carries)."""
         self.settled = False
         """Acknowledged already (a long-running job, on start): later settlements send nothing."""
         outcome = outcome_of(self)
@@ -129,12 +134,25 @@ class GroupConsumer(dramatiq.broker.Consumer):
         method, properties, body = self._ready.popleft()
         actor = self._actors_by_tag[method.consumer_tag]
         queue = self._queues_by_tag[method.consumer_tag]
+        if method.redelivered and self.broker.dead_letter_marks.seen(queue, body):
+            # Dead-lettered already; its acknowledgement was lost with a channel.
+            logger.info("Acknowledging a redelivered copy of a message dead-lettered already (queue %s).", queue)
+            self.settlements.ack(method.delivery_tag)
+            return None
+        headers = getattr(properties, "headers", None)
         try:
-            message = self._message_from(body, actor)
-        except (MalformedMessage, UnresolvableMessage, MessageTooLarge) as e:
-            logger.error("Dead-lettering a message on the queue of %r: %s.", actor, e)
+            message, delivery_count = screen(
+                body,
+                headers,
+                actor=actor,
+                queue_name=self.queue_name,
+                max_bytes=self.broker.config.max_message_bytes,
+                actors=self.broker.actors,
+            )
+        except Exception as e:  # whatever a producer sent, it must not reach Dramatiq's consumer loop
+            logger.error("Dead-lettering a message on the queue of %r: %s: %s.", actor, type(e).__name__, e)
             reason = DeadLetterReason(
-                reason="malformed message" if not isinstance(e, MessageTooLarge) else "message too large",
+                reason=dead_letter_reason(e),
                 error_type=type(e).__name__,
                 error=str(e),
                 actor=actor,
@@ -143,18 +161,15 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 at=now_iso(),
             )
             message_id = getattr(properties, "message_id", None) or letter_id(body)
-            self._dead_letter(method.delivery_tag, body, message_id, reason, self._home(actor))
+            self._dead_letter(method.delivery_tag, body, message_id, reason, self._home(actor), received=body)
             return None
         eta = message.options.get(opt.ETA)
         if eta is not None:
             options = {k: v for k, v in message.options.items() if k != opt.ETA}
-            if isinstance(eta, int | float) and eta > current_millis():
-                # Back from a delay tier before it is due: on to the next tier, then let go of it here.
-                self.broker.redelay(message, int(eta))
-                self.settlements.ack(method.delivery_tag)
+            if eta > current_millis():
+                self._redelay(method, message, int(eta), queue, body)
                 return None
             message = dramatiq.Message(**{**message.asdict(), "options": options})
-        headers = getattr(properties, "headers", None) or {}
         return Delivery(
             message,
             tag=method.delivery_tag,
@@ -162,24 +177,36 @@ class GroupConsumer(dramatiq.broker.Consumer):
             consumer=self,
             queue=queue,
             routing_key=method.routing_key,
-            delivery_count=int(headers.get("x-delivery-count", 0)),
+            delivery_count=delivery_count,
+            body=body,
         )
 
-    def _message_from(self, body: bytes, actor: str) -> dramatiq.Message[Any]:
-        """The message ``actor`` runs for this body (raises what makes it a dead letter)."""
-        if len(body) > self.broker.config.max_message_bytes:
-            raise MessageTooLarge(f"body is {len(body)} bytes, over broker.max_message_bytes")
-        return resolve(decode_message(body), actor_name=actor, queue_name=self.queue_name)
+    def _redelay(self, method: Any, message: dramatiq.Message[Any], eta: int, queue: str, body: bytes) -> None:
+        """Back from a delay tier before it is due: on to the next tier, then let go of it here (if that
+        publish fails, it is dead-lettered with the reason rather than lost or retried in a loop)."""
+        try:
+            self.broker.redelay(message, eta)
+        except PipelinesError as e:
+            logger.exception("Could not send %s on to its next delay tier; dead-lettering it.", message.message_id)
+            reason = reason_for(message, reason="could not be delayed", exception=e, queue=queue)
+            home = self._home(message.actor_name)
+            self._dead_letter(method.delivery_tag, body, message.message_id, reason, home, received=body)
+            return
+        self.settlements.ack(method.delivery_tag)
 
-    def _dead_letter(self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason, queue: str) -> None:
-        """Publish to the dead-letter exchange with the reason, then acknowledge; if that publish fails,
-        reject instead, so RabbitMQ dead-letters it (without our reason) and nothing is lost."""
+    def _dead_letter(
+        self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason, queue: str, *, received: bytes
+    ) -> None:
+        """Publish to the dead-letter exchange with the reason, remember it (by the ``received`` body, so
+        a redelivered copy is not dead-lettered again), then acknowledge; if that publish fails, reject
+        instead, so RabbitMQ dead-letters it (without our reason) and nothing is lost."""
         try:
             self.broker.dead_letter(body, message_id=message_id, reason=reason, queue=queue)
         except PipelinesError:
             logger.exception("Could not dead-letter %s with its reason; rejecting it instead.", message_id)
             self.settlements.reject(tag, requeue=False)
             return
+        self.broker.dead_letter_marks.remember(reason.queue or queue, received)
         self.settlements.ack(tag)
 
     def _home(self, actor: str) -> str:
@@ -223,7 +250,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             # Acknowledged on start: only the dead letter is left to publish.
             self.broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)
             return
-        self._dead_letter(message.tag, body, message.message_id, reason, home)
+        self._dead_letter(message.tag, body, message.message_id, reason, home, received=message.body)
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
         """Unacked deliveries return to their queues when the channel closes."""

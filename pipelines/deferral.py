@@ -1,4 +1,9 @@
-"""Putting a message off: enqueue a copy with a delay and let the original go."""
+"""Putting a message off: enqueue a copy with a delay and let the original go.
+
+Used by the middleware that guard a guarantee when they cannot decide now (the run store is down,
+another worker holds the message's claim), and by the broker when such a hook fails on a transient
+error (:mod:`pipelines.guards`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 import dramatiq
 
 from pipelines.errors import PipelinesError
-from pipelines.outcome import fail_message
+from pipelines.outcome import fail_message, outcome_of
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +32,8 @@ def put_off(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, dela
     except PipelinesError as e:
         logger.exception("Could not put off %s; dead-lettering it instead.", message.message_id)
         fail_message(message, "could not be put off", e)
+        return
+    outcome_of(message).deferred = True
 
 
 def put_off_while_store_down(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, error: Exception) -> None:

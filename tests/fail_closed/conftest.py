@@ -1,0 +1,64 @@
+"""Fixtures of the fail-closed suite: apps on the real RabbitMQ and Redis, a ledger of what became of each
+delivery, raw publishing, and a PostgreSQL table that counts effects (helpers in ``fail_closed_support``).
+
+Every test here runs against the real services only (``backend`` is always ``rabbitmq``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pipelines.app import App
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the helpers, by name (as tests/cluster does)
+
+from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
+
+
+@pytest.fixture
+def backend(services: None) -> str:
+    """This suite is about the real consumer and the real store: RabbitMQ and Redis only."""
+    return "rabbitmq"
+
+
+@pytest.fixture
+def ledger() -> Callable[[App], Ledger]:
+    """Attaches a :class:`Ledger` to an app's broker (before its worker starts)."""
+
+    def attach(app: App) -> Ledger:
+        found = Ledger()
+        app.broker.add_middleware(found)
+        return found
+
+    return attach
+
+
+@pytest.fixture
+def consumer_restarts() -> Iterator[ConsumerRestarts]:
+    """Counts consumer restarts Dramatiq logs while the test runs."""
+    handler = ConsumerRestarts()
+    target = logging.getLogger("dramatiq.worker")
+    target.addHandler(handler)
+    yield handler
+    target.removeHandler(handler)
+
+
+@pytest.fixture
+def raw_publisher(services: None) -> Iterator[RawPublisher]:
+    publisher = RawPublisher()
+    yield publisher
+    publisher.close()
+
+
+@pytest.fixture
+def effects() -> Iterator[Effects]:
+    """A fresh effects table in the shared PostgreSQL (``fc_<random>``), dropped afterwards."""
+    table = Effects(f"fc_{uuid.uuid4().hex[:12]}")
+    yield table
+    table.drop()

@@ -1,0 +1,178 @@
+"""What the fail-closed suite's tests share: a ledger of what became of each delivery, a counter of
+consumer restarts, raw publishing, and a PostgreSQL table that counts effects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+import orjson
+import pika
+import psycopg
+
+from pipelines.app import App
+from pipelines.broker import ExchangeBroker
+from pipelines.outcome import outcome_of
+
+AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+class Ledger(dramatiq.Middleware):
+    """What became of each delivery, by message id: ran, dropped (acknowledged without running), put off.
+
+    Dead letters are read from RabbitMQ (they are what the broker published, not what a hook saw).
+    """
+
+    def __init__(self) -> None:
+        self.ran: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.deferred: Counter[str] = Counter()
+        self._changed = threading.Condition()
+
+    def _count(self, table: Counter[str], message: dramatiq.broker.MessageProxy) -> None:
+        with self._changed:
+            table[message.message_id.split(".")[0]] += 1
+            self._changed.notify_all()
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        if exception is None and not message.failed:
+            self._count(self.ran, message)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        if message.failed:
+            return  # dead-lettered: counted from RabbitMQ
+        self._count(self.deferred if getattr(outcome_of(message), "deferred", False) else self.dropped, message)
+
+    def wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Block until ``done()`` holds (re-checked whenever a delivery ends, and every 0.2 s)."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.2))
+        return True
+
+
+class ConsumerRestarts(logging.Handler):
+    """Counts what Dramatiq logs when a consumer's ``__next__`` raised: every restart closes its channel."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.restarts = 0
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Restarting consumer" in text:
+            self.restarts += 1
+        elif record.levelno >= logging.CRITICAL:
+            self.errors.append(text)
+
+
+class RawPublisher:
+    """Publishes bodies and headers as any producer could, straight into an actor's queue."""
+
+    def __init__(self) -> None:
+        self.connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+
+    def publish(self, queue: str, body: bytes, *, message_id: str, headers: dict[str, Any] | None = None) -> None:
+        properties = pika.BasicProperties(message_id=message_id, headers=headers, delivery_mode=2)
+        self.channel.basic_publish("", queue, body, properties)
+
+    def close(self) -> None:
+        if self.connection.is_open:
+            self.connection.close()
+
+
+class Effects:
+    """A PostgreSQL table of effects with no unique constraint: a row per time an effect was applied."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self._local = threading.local()
+        self._opened: list[psycopg.Connection[Any]] = []
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f"CREATE TABLE {table} (effect_key text NOT NULL, at timestamptz DEFAULT now())")
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        connection: psycopg.Connection[Any] | None = getattr(self._local, "connection", None)
+        if connection is None or connection.closed:
+            connection = self._local.connection = psycopg.connect(POSTGRES_URL, autocommit=True)
+            self._opened.append(connection)
+        return connection
+
+    def apply(self, effect_key: str) -> None:
+        """Apply an effect (a plain insert: applied twice, it shows twice)."""
+        self._connection().execute(f"INSERT INTO {self.table} (effect_key) VALUES (%s)", (effect_key,))
+
+    def apply_once(self, effect_key: str) -> None:
+        """Apply an effect keyed by ``effect_key``, as the README shows (no unique constraint here, so
+        that a second application would still show if the key were not stable)."""
+        self._connection().execute(
+            f"INSERT INTO {self.table} (effect_key) SELECT %s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.table} WHERE effect_key = %s)",
+            (effect_key, effect_key),
+        )
+
+    def counts(self) -> Counter[str]:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            rows = connection.execute(f"SELECT effect_key, count(*) FROM {self.table} GROUP BY effect_key").fetchall()
+        return Counter({key: int(count) for key, count in rows})
+
+    def drop(self) -> None:
+        for connection in self._opened:
+            connection.close()
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
+            connection.execute(f"DROP TABLE IF EXISTS {self.table}")
+
+
+def body(marker: str, *, actor: str = "sink", options: dict[str, Any] | None = None, **fields: Any) -> bytes:
+    """A Dramatiq message body for ``actor`` with ``options``, and any field replaced by ``fields``."""
+    message = {
+        "queue_name": "default",
+        "actor_name": actor,
+        "args": [marker],
+        "kwargs": {},
+        "options": options or {},
+        "message_id": marker,
+        "message_timestamp": 1,
+    }
+    return orjson.dumps({**message, **fields})
+
+
+def declare_sink(app: App) -> Counter[str]:
+    """Declare ``sink``, which counts its runs by the marker it is given."""
+    runs: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @dramatiq.actor(broker=app.broker, actor_name="sink", max_retries=0)
+    def sink(marker: str, *rest: Any, **extra: Any) -> None:
+        with lock:
+            runs[marker] += 1
+
+    assert isinstance(app.broker, ExchangeBroker)
+    app.broker.ensure_topology()
+    return runs
+
+
+def dead_letters_by_id(app: App) -> Counter[str]:
+    return Counter(letter.id.split(".")[0] for letter in app.dead_letters.list(limit=10_000))

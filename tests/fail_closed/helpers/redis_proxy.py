@@ -1,0 +1,104 @@
+"""A Redis proxy that answers chosen commands with an error reply, as a Redis that cannot serve would.
+
+Why a proxy: the store's client then reads a genuine RESP error reply off its socket (``-READONLY ...``)
+and redis-py maps it to its exception exactly as in production, while the real Redis behind it serves
+everything else, and the other clients of that Redis (the test, other tests) are not disturbed. Making
+the server itself refuse (a replica for READONLY and MASTERDOWN, ``maxmemory`` for OOM, a runaway script
+for BUSY) would stall every client, and LOADING cannot be produced on demand at all.
+
+Commands are forwarded one at a time, each reply read whole before the next command (RESP2 and RESP3,
+no pub/sub): enough for the store's scripts and pipelines.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from typing import BinaryIO
+
+#: Error replies as Redis words them.
+ERROR_REPLIES = {
+    "LOADING": b"-LOADING Redis is loading the dataset in memory\r\n",
+    "READONLY": b"-READONLY You can't write against a read only replica.\r\n",
+    "BUSY": b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n",
+    "OOM": b"-OOM command not allowed when used memory > 'maxmemory'.\r\n",
+    "MASTERDOWN": b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n",
+}
+
+
+def _read(stream: BinaryIO) -> tuple[bytes, list[bytes]]:  # noqa: PLR0911 (one return per RESP type)
+    """One RESP2 or RESP3 value: its raw bytes, and its bulk strings (a command's name and arguments)."""
+    line = stream.readline()
+    if not line:
+        raise EOFError
+    kind = line[:1]
+    if kind in (b"+", b"-", b":", b"_", b",", b"#", b"("):
+        return line, []
+    if kind in (b"%", b"|"):  # a map (or attributes) of n pairs
+        raw = line
+        for _ in range(2 * int(line[1:-2])):
+            raw += _read(stream)[0]
+        return raw + (_read(stream)[0] if kind == b"|" else b""), []
+    if kind in (b"~", b">"):
+        raw = line
+        for _ in range(int(line[1:-2])):
+            raw += _read(stream)[0]
+        return raw, []
+    if kind in (b"!", b"="):
+        return line + stream.read(int(line[1:-2]) + 2), []
+    if kind == b"$":
+        size = int(line[1:-2])
+        if size < 0:
+            return line, []
+        data = stream.read(size + 2)
+        return line + data, [data[:-2]]
+    if kind == b"*":
+        raw, words = line, []
+        for _ in range(max(int(line[1:-2]), 0)):
+            part, found = _read(stream)
+            raw += part
+            words += found
+        return raw, words
+    raise ValueError(f"not RESP2: {line[:40]!r}")
+
+
+class ErrorProxy:
+    """Listens on a free port and forwards to ``upstream``; ``inject(command)`` may return an error reply."""
+
+    def __init__(self, upstream: tuple[str, int], inject: Callable[[list[bytes]], bytes | None]) -> None:
+        self.upstream = upstream
+        self.inject = inject
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.injected: list[str] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True, name="redis-error-proxy").start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client, socket.create_connection(self.upstream) as server:
+            from_client, from_server = client.makefile("rb"), server.makefile("rb")
+            try:
+                while True:
+                    raw, command = _read(from_client)
+                    reply = self.inject(command)
+                    if reply is not None:
+                        self.injected.append(reply.split(b" ", 1)[0][1:].decode())
+                        client.sendall(reply)
+                        continue
+                    server.sendall(raw)
+                    client.sendall(_read(from_server)[0])
+            except (EOFError, OSError, ValueError):
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.close()

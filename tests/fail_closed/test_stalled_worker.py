@@ -1,0 +1,145 @@
+"""A worker stopped (SIGSTOP: a VM freeze, a long GC pause) for longer than its time limit, then resumed.
+
+When it resumes, Dramatiq's time limit fires in every thread that was inside an actor: those steps are
+retried. The time limit covers only the actor (it is the last middleware), so a step that had finished
+its actor is recorded, not retried; a step interrupted inside its actor runs again, and its effect,
+keyed by ``current_effect_key()`` (here a conditional insert into a table without a unique
+constraint), happens once. Figures are printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import dramatiq
+import pytest
+from fail_closed_support import POSTGRES_URL, Effects
+
+from pipelines import chain, step
+from pipelines.app import build_app
+from pipelines.config import Settings
+
+HELPERS = Path(__file__).resolve().parent / "helpers"
+ROOT = HELPERS.parents[2]
+AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+TIME_LIMIT_S = 3
+LEASE_S = 4
+STOP_S = 8  # longer than the time limit and the lease, shorter than two missed AMQP heartbeats
+STOPS = 3
+CHAINS = 40
+STEPS = 3
+
+
+@pytest.fixture
+def runs_table(effects: Effects) -> Iterator[Effects]:
+    """Every execution of the step, beside the keyed effects (``<effects>_runs``)."""
+    table = Effects(f"{effects.table}_runs")
+    yield table
+    table.drop()
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_once(
+    services: None,
+    delete_namespace: Callable[[str], None],
+    effects: Effects,
+    runs_table: Effects,
+    tmp_path: Path,
+) -> None:
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
+        "PIPELINES_NAMESPACE": namespace,
+        "PIPELINES_BROKER__URL": AMQP_URL,
+        "PIPELINES_STORE__URL": REDIS_URL,
+        "PIPELINES_STORE__STEP_LEASE_S": str(LEASE_S),
+        "PIPELINES_WORKER__TIME_LIMIT_S": str(TIME_LIMIT_S),
+        "PIPELINES_LOGGING__LEVEL": "WARNING",
+        "FC_EFFECTS_TABLE": effects.table,
+        "FC_POSTGRES_URL": POSTGRES_URL,
+    }
+    settings = Settings.from_values(
+        {
+            "namespace": namespace,
+            "broker": {"url": AMQP_URL},
+            "store": {"url": REDIS_URL, "step_lease_s": LEASE_S},
+            "worker": {"time_limit_s": TIME_LIMIT_S},
+        }
+    )
+    app = build_app(settings)
+    worker: subprocess.Popen[bytes] | None = None
+    log = tmp_path / "worker.log"
+    try:
+        ledger_step = dramatiq.actor(broker=app.broker, actor_name="ledger_step")(_signature)
+        runs = [app.start(chain(*[step(ledger_step, f"c{n}")] * STEPS), args=(0,)) for n in range(CHAINS)]
+        with log.open("ab") as out:
+            worker = subprocess.Popen(
+                [
+                    *(str(Path(sys.executable).parent / "dramatiq"), "stall_worker", "--path", str(HELPERS)),
+                    *("--processes", "1", "--threads", "8"),
+                ],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        for stop in range(1, STOPS + 1):
+            # Stop whenever another slice of the work is done, so every stop lands mid-run.
+            share = stop * CHAINS * STEPS // (STOPS + 2)
+            _wait(partial(_done_at_least, runs_table, share), 90, log)
+            os.killpg(worker.pid, signal.SIGSTOP)
+            time.sleep(STOP_S)  # the stall itself
+            os.killpg(worker.pid, signal.SIGCONT)
+        for run in runs:
+            run.wait(timeout_s=120)
+        statuses = [run.status() for run in runs]
+        keyed = effects.counts()
+        executions = runs_table.counts()
+        print(
+            f"\nfigures: {STOPS} SIGSTOPs of {STOP_S} s (time limit {TIME_LIMIT_S} s) over {CHAINS} chains x {STEPS} "
+            f"steps: runs succeeded {sum(s.state == 'succeeded' for s in statuses)}/{CHAINS}, stuck "
+            f"{sum(not s.is_final for s in statuses)}, keyed effects {len(keyed)} (applied twice: "
+            f"{sum(c > 1 for c in keyed.values())}), executions {sum(executions.values())} (steps run more than "
+            f"once: {sum(c > 1 for c in executions.values())}), dead letters {len(app.dead_letters.list())}"
+        )
+        assert all(status.state == "succeeded" and status.result == STEPS for status in statuses)
+        assert len(keyed) == CHAINS * STEPS
+        assert set(keyed.values()) == {1}
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGCONT)
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=30)
+        app.close()
+        delete_namespace(namespace)
+
+
+def _done_at_least(table: Effects, count: int) -> bool:
+    return sum(table.counts().values()) >= count
+
+
+def _signature(tag: str, value: int) -> int:
+    """The producer's stand-in for the worker's ``ledger_step`` (only its name and parameters matter)."""
+    raise NotImplementedError
+
+
+def _wait(done: Callable[[], bool], timeout_s: float, log: Path) -> None:
+    """Wait for progress made in another process (polling PostgreSQL: nothing to subscribe to)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no progress; worker log tail:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.1)
