@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from pipelines.middleware.pipeline_steps import PipelineSteps
     from pipelines.middleware.profiles import Profiles
     from pipelines.middleware.schedules import Schedules
+    from pipelines.middleware.time_limit import ActorTimeLimit
     from pipelines.middleware.timeout import Timeout, TimeoutTooLong
     from pipelines.middleware.tracing import Tracing
 
 __all__ = [
+    "ActorTimeLimit",
     "Backoff",
     "CorrelationId",
     "DeadLetter",
@@ -41,6 +43,7 @@ __all__ = [
 
 #: The module each public name is imported from on first use (the imports above, for type checkers).
 _EXPORTS = {
+    "ActorTimeLimit": "pipelines.middleware.time_limit",
     "Backoff": "pipelines.middleware.backoff",
     "CorrelationId": "pipelines.middleware.correlation",
     "DeadLetter": "pipelines.middleware.dead_letter",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -30,6 +30,7 @@ from pipelines.current import current_app, get_app, set_app
 from pipelines.dlq import DeadLetterQueues
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
 from pipelines.middleware import (
+    ActorTimeLimit,
     Backoff,
     CorrelationId,
     DeadLetter,
@@ -75,11 +76,12 @@ def build_middleware(
       every publish made while a message is processed is a child of that message's span.
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
-    - ``Timeout`` comes before Dramatiq's ``TimeLimit``, which enforces the limit it sets.
-    - ``TimeLimit`` is last: its ``before_process_message`` arms the limit just before the actor runs
-      and its ``after_process_message`` (the first after hook) disarms it as soon as the actor returns,
-      so it interrupts only the actor, never a claim or the record of a step that finished (a limit
-      that fired there after a stall made a step that had done its work run again).
+    - ``Timeout`` comes before ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``), which enforces the limit
+      it sets.
+    - ``ActorTimeLimit`` is last: it arms the limit when the actor's function starts and disarms it
+      when the function returns, so it interrupts only the actor, never a claim, the record of a step
+      that finished or the worker's own failure handling (a limit that fired there after a stall made
+      a step that had done its work run again, or killed the worker thread holding its message).
     - ``Payloads`` opens sealed arguments and validates typed payloads before anything reads them
       (idempotency keys are computed from what the actor will get).
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
@@ -136,7 +138,7 @@ def build_middleware(
         DeadLetter(),
         PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
         schedules,
-        TimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
+        ActorTimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
     ]
 
 

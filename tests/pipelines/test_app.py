@@ -7,6 +7,7 @@ from periodiq import PeriodiqMiddleware
 
 from pipelines.app import build_app, build_middleware
 from pipelines.middleware import (
+    ActorTimeLimit,
     Backoff,
     CorrelationId,
     DeadLetter,
@@ -48,7 +49,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
         DeadLetter,
         PeriodiqMiddleware,
         Schedules,
-        TimeLimit,
+        ActorTimeLimit,
     ]
 
 

@@ -32,10 +32,17 @@ def _connection() -> psycopg.Connection[Any]:
 def ledger_step(tag: str, value: int) -> int:
     time.sleep(WORK_S)
     connection = _connection()
-    connection.execute(f"INSERT INTO {TABLE}_runs (effect_key) VALUES (%s)", (f"{tag}:{value}",))
-    key = pipelines.current_effect_key()
-    connection.execute(  # keyed: applied once per effect key, as the README shows
-        f"INSERT INTO {TABLE} (effect_key) SELECT %s WHERE NOT EXISTS (SELECT 1 FROM {TABLE} WHERE effect_key = %s)",
-        (key, key),
-    )
+    try:
+        connection.execute(f"INSERT INTO {TABLE}_runs (effect_key) VALUES (%s)", (f"{tag}:{value}",))
+        key = pipelines.current_effect_key()
+        connection.execute(  # keyed: applied once per effect key, as the README shows
+            f"INSERT INTO {TABLE} (effect_key) SELECT %s"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {TABLE} WHERE effect_key = %s)",
+            (key, key),
+        )
+    except BaseException:
+        # A time limit that interrupts a query leaves the connection mid-command: the retry opens another.
+        _local.connection = None
+        connection.close()
+        raise
     return value + 1
