@@ -115,6 +115,7 @@ __all__ = [
     "group",
     "load_settings",
     "publish",
+    "publish_async",
     "report_progress",
     "step",
 ]
@@ -204,3 +205,10 @@ def publish(topic: str, payload: Any, *, app: App | None = None) -> str:
     from pipelines.current import current_app
 
     return (app or current_app()).publish(topic, payload)
+
+
+async def publish_async(topic: str, payload: Any, *, app: App | None = None) -> str:
+    """:func:`publish` for asyncio code: the event loop runs on while the event is published and confirmed."""
+    from pipelines.current import current_app
+
+    return await (app or current_app()).publish_async(topic, payload)

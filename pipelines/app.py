@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import CronSpec, PeriodiqMiddleware
 
 from pipelines import telemetry
+from pipelines.aio import AsyncBridge
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Node, as_node
 from pipelines.config import Settings, load_settings
@@ -153,6 +154,8 @@ class App:
     pipelines: dict[str, Node | Callable[..., Node]] = field(default_factory=dict)
     tracer_provider: TracerProvider | None = None
     rate_limits: dict[str, Rate] = field(default_factory=dict)
+    _bridge: AsyncBridge | None = field(default=None, init=False, repr=False)
+    _bridge_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def register(self, name: str, pipeline: object, *, rate_limit: str | None = None) -> None:
         """Register a pipeline (or a factory that builds one from the run's arguments) under ``name``.
@@ -188,7 +191,7 @@ class App:
             deadline_s=deadline_s,
             delay_ms=delay_ms,
         )
-        return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer)
+        return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
 
     def start_many(
         self,
@@ -202,7 +205,8 @@ class App:
         runs = [(as_node(node), args, kwargs) for node in nodes]
         started = self.runtime.start_many(self.broker, runs, name=name)
         return [
-            Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer) for run_id, created in started
+            Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
+            for run_id, created in started
         ]
 
     def run(
@@ -245,7 +249,11 @@ class App:
     def run_for_key(self, idempotency_key: str) -> Run | None:
         """The run an idempotency key started, if it is still retained."""
         run_id = self.store.run_for_key(idempotency_key)
-        return Run(run_id, store=self.store, created=False, sealer=self.runtime.sealer) if run_id else None
+        return (
+            Run(run_id, store=self.store, created=False, sealer=self.runtime.sealer, bridge=self.aio)
+            if run_id
+            else None
+        )
 
     @property
     def dead_letters(self) -> DeadLetterQueues:
@@ -254,11 +262,51 @@ class App:
 
     def get_run(self, run_id: str) -> Run:
         """The handle of an existing run (``status()`` raises RunNotFound if there is none)."""
-        return Run(run_id, store=self.store, sealer=self.runtime.sealer)
+        return Run(run_id, store=self.store, sealer=self.runtime.sealer, bridge=self.aio)
 
     def publish(self, topic: str, payload: Any) -> str:
         """Publish a domain event to every actor subscribed to a matching pattern; returns its id."""
         return self.broker.publish_event(topic, payload).message_id
+
+    def aio(self) -> AsyncBridge:
+        """The app's asyncio side (made on first use): what the ``*_async`` methods run on."""
+        with self._bridge_lock:
+            if self._bridge is None:
+                self._bridge = AsyncBridge(self.store)
+            return self._bridge
+
+    async def start_async(
+        self,
+        node: object,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        name: str | None = None,
+        deadline_s: float | None = None,
+    ) -> Run:
+        """:meth:`start` for asyncio code: the event loop runs on while the run is stored and published."""
+        return await self.aio().call(
+            self.start,
+            node,
+            args=args,
+            kwargs=kwargs,
+            idempotency_key=idempotency_key,
+            name=name,
+            deadline_s=deadline_s,
+        )
+
+    async def run_async(
+        self, name: str, *args: Any, idempotency_key: str | None = None, deadline_s: float | None = None, **kwargs: Any
+    ) -> Run:
+        """:meth:`run` for asyncio code."""
+        return await self.aio().call(
+            self.run, name, *args, idempotency_key=idempotency_key, deadline_s=deadline_s, **kwargs
+        )
+
+    async def publish_async(self, topic: str, payload: Any) -> str:
+        """:meth:`publish` for asyncio code."""
+        return await self.aio().call(self.publish, topic, payload)
 
     def load_modules(self) -> None:
         """Import the actors and the registered pipelines named in the ``[app]`` config section.
@@ -276,6 +324,8 @@ class App:
             self.register(name, node)
 
     def close(self) -> None:
+        if self._bridge is not None:
+            self._bridge.close()
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()  # exports what the batch processor still holds
         self.broker.close()

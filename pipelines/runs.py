@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
 from pipelines.sealing import Sealer
 from pipelines.store.base import RunStatus
 from pipelines.store.roles import RunViews
 
+if TYPE_CHECKING:
+    from pipelines.aio import AsyncBridge
+
 
 class Run:
     """A pipeline run, by id. Cheap to create: every call reads the run store."""
 
-    def __init__(self, run_id: str, *, store: RunViews, created: bool = True, sealer: Sealer | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        store: RunViews,
+        created: bool = True,
+        sealer: Sealer | None = None,
+        bridge: Callable[[], AsyncBridge] | None = None,
+    ) -> None:
         self.id = run_id
         self.created = created
         """False when an idempotency key returned an existing run."""
         self._store = store
         self._sealer = sealer
+        self._bridge = bridge
 
     def __repr__(self) -> str:
         return f"Run({self.id!r})"
@@ -48,7 +61,24 @@ class Run:
             RunTimeout: Still running after ``timeout_s``.
             RunNotFound: No such run.
         """
-        status = self._store.wait_run(self.id, timeout_s, on_change)
+        return self._ended(self._store.wait_run(self.id, timeout_s, on_change), timeout_s)
+
+    async def wait_async(self, timeout_s: float | None = None) -> RunStatus:
+        """:meth:`wait` for asyncio code: the event loop runs on, and waiting takes no thread of its own.
+
+        Raises:
+            RunTimeout, RunNotFound: As for :meth:`wait`.
+        """
+        if self._bridge is None:
+            raise RuntimeError("This Run was made without an app; get it from app.start_async() or app.get_run().")
+        bridge = self._bridge()
+        try:
+            status = await asyncio.wait_for(bridge.watcher.until_final(self.id), timeout_s)
+        except TimeoutError:
+            status = await bridge.call(self._store.get_run, self.id)
+        return self._ended(status, timeout_s)
+
+    def _ended(self, status: RunStatus | None, timeout_s: float | None) -> RunStatus:
         if status is None:
             raise RunNotFound(f"No run {self.id} in the run store (never started, or past store.retention_s).")
         if not status.is_final:
@@ -66,7 +96,13 @@ class Run:
             RunCancelled: It was cancelled.
             RunTimeout, RunNotFound: As for :meth:`wait`.
         """
-        status = self.wait(timeout_s)
+        return self._outcome(self.wait(timeout_s))
+
+    async def result_async(self, timeout_s: float | None = None) -> Any:
+        """:meth:`result` for asyncio code (see :meth:`wait_async`)."""
+        return self._outcome(await self.wait_async(timeout_s))
+
+    def _outcome(self, status: RunStatus) -> Any:
         if status.state == "failed":
             raise RunFailed(self.id, status.failed_step, status.error)
         if status.state == "cancelled":

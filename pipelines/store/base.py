@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -160,3 +160,22 @@ class LeaseCheck:
     kind: Literal["alive", "expired", "gone"]
     wait_ms: int = 0
     record: str | None = None
+
+
+class RunFeed(Protocol):
+    """A subscription to the changes of the runs it follows (one connection, however many runs).
+
+    Not thread-safe: one thread follows, unfollows and reads it.
+    """
+
+    def follow(self, run_id: str) -> None:
+        """Hear of this run's changes from now on (follow first, then read the run: nothing is missed)."""
+
+    def unfollow(self, run_id: str) -> None:
+        """Stop hearing of this run."""
+
+    def next_change(self, timeout_s: float) -> str | None:
+        """The id of a followed run that changed, or None after ``timeout_s`` with no change."""
+
+    def close(self) -> None:
+        """End the subscription."""

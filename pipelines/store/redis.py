@@ -45,6 +45,7 @@ from pipelines.store.base import (
     RunState,
     RunStatus,
 )
+from pipelines.store.feed import RedisRunFeed
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
@@ -251,6 +252,10 @@ class RedisRunStore:
             finally:
                 pubsub.close()
         return self.get_run(run_id)
+
+    def run_feed(self) -> RedisRunFeed:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        return RedisRunFeed(pubsub, self._key, self._answering)
 
     def run_continuations(self, run_id: str) -> dict[str, str]:
         with self._answering():

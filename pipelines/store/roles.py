@@ -5,6 +5,7 @@ role           what it holds                                    used by
 ============== ================================================ =====================================
 RunSteps       runs started and advanced step by step           the runtime
 RunViews       runs read, awaited and cancelled by callers      ``Run`` handles, the app, the CLI
+RunFeeds       one subscription to many runs' changes           the asyncio API's run watcher
 RunPlans       a run's stored plan and its steps' results       the web console
 StepProgress   a running step's progress reports                ``progress.Job``
 StepReplays    a dead-lettered step reopened in its run         dead-letter replays
@@ -26,7 +27,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from pipelines.plan import Frame
-from pipelines.store.base import Advance, Claim, KeyClaimKind, LeaseCheck, NewRun, ReopenKind, RunState, RunStatus
+from pipelines.store.base import (
+    Advance,
+    Claim,
+    KeyClaimKind,
+    LeaseCheck,
+    NewRun,
+    ReopenKind,
+    RunFeed,
+    RunState,
+    RunStatus,
+)
 
 
 class RunStates(Protocol):
@@ -94,6 +105,13 @@ class RunViews(RunStates, Protocol):
 
     def recent_runs(self, limit: int) -> list[str]:
         """Ids of the namespace's newest runs, newest first (at most the last 1,000)."""
+
+
+class RunFeeds(Protocol):
+    """Subscriptions to run changes, for a watcher that serves many waiters at once."""
+
+    def run_feed(self) -> RunFeed:
+        """A new subscription following no run yet."""
 
 
 class RunPlans(Protocol):
@@ -204,6 +222,7 @@ class StoreLifecycle(Protocol):
 class RunStore(
     RunSteps,
     RunViews,
+    RunFeeds,
     RunPlans,
     StepProgress,
     StepReplays,
