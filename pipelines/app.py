@@ -25,7 +25,7 @@ from periodiq import CronSpec, PeriodiqMiddleware
 from pipelines import telemetry
 from pipelines.aio import AsyncBridge
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
-from pipelines.composition import Node, as_node
+from pipelines.composition import Ending, Node, R, as_node
 from pipelines.config import Settings, load_settings
 from pipelines.current import current_app, get_app, set_app
 from pipelines.dlq import DeadLetterQueues
@@ -169,15 +169,18 @@ class App:
 
     def start(
         self,
-        node: object,
+        node: Ending[R],
         *,
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
         deadline_s: float | None = None,
-    ) -> Run:
-        """Start a run of a pipeline built on the spot (see ``Node.run_with_options``)."""
+    ) -> Run[R]:
+        """Start a run of a pipeline built on the spot (see ``Node.run_with_options``).
+
+        The run's result is typed as the pipeline's last step returns (``Run[R]``).
+        """
         delay_ms = None
         if name in self.rate_limits:
             delay_ms = RateLimiter(self.store).delays_ms(f"pipeline:{name}", self.rate_limits[name], 1)[0] or None
@@ -277,14 +280,14 @@ class App:
 
     async def start_async(
         self,
-        node: object,
+        node: Ending[R],
         *,
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         name: str | None = None,
         deadline_s: float | None = None,
-    ) -> Run:
+    ) -> Run[R]:
         """:meth:`start` for asyncio code: the event loop runs on while the run is stored and published."""
         return await self.aio().call(
             self.start,

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, Union, overload
 
 import dramatiq
+from typing_extensions import TypeVar
 
 from pipelines.current import current_app
 from pipelines.errors import DefinitionError
@@ -26,12 +27,21 @@ if TYPE_CHECKING:
     from pipelines.app import App
     from pipelines.runs import Run
 
+#: What a node's run returns: the last step's return type, for type checkers (``Run[R].result()``).
+R = TypeVar("R", default=Any)
+#: Anything that ends a pipeline with a result of type R.
+Ending = Union["Node[R]", "dramatiq.Message[R]", "dramatiq.Actor[Any, R]"]
+
 
 @dataclass(frozen=True)
-class Node:
-    """Base of every pipeline node; a node can be started as a run on its own."""
+class Node(Generic[R]):
+    """Base of every pipeline node; a node can be started as a run on its own.
 
-    def run(self, *args: Any, **kwargs: Any) -> Run:
+    ``R`` is the type of the node's result (the last step's return type), which type checkers carry
+    from ``step(actor)`` through ``chain``/``chord`` to ``Run[R].result()``.
+    """
+
+    def run(self, *args: Any, **kwargs: Any) -> Run[R]:
         """Start a run of this node with the configured app; ``args``/``kwargs`` go to its first steps."""
         return self.run_with_options(args=args, kwargs=kwargs)
 
@@ -44,7 +54,7 @@ class Node:
         name: str | None = None,
         deadline_s: float | None = None,
         app: App | None = None,
-    ) -> Run:
+    ) -> Run[R]:
         """Start a run with options.
 
         Args:
@@ -62,7 +72,7 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Step(Node):
+class Step(Node[R]):
     """One call of one actor, with the arguments bound when the pipeline was built."""
 
     actor_name: str
@@ -73,25 +83,25 @@ class Step(Node):
 
 
 @dataclass(frozen=True)
-class Chain(Node):
+class Chain(Node[R]):
     """Children run one after another; each receives the previous one's result as its last argument."""
 
-    children: tuple[Node, ...]
+    children: tuple[Node[Any], ...]
 
 
 @dataclass(frozen=True)
-class Parallel(Node):
+class Parallel(Node[list[Any]]):
     """Children run at the same time; the node's result is the list of their results, in order.
 
     ``kind`` only records intent: ``fan_out`` (different actors, same input, one publish copied by the
     exchange) or ``group`` (usually one actor over many inputs, one message each).
     """
 
-    children: tuple[Node, ...]
+    children: tuple[Node[Any], ...]
     kind: Literal["fan_out", "group"] = "group"
 
 
-def as_node(value: object) -> Node:
+def as_node(value: object) -> Node[Any]:
     """Turn a Dramatiq message or actor (or a node) into a pipeline node.
 
     Raises:
@@ -114,7 +124,7 @@ def as_node(value: object) -> Node:
     )
 
 
-def step(actor: dramatiq.Actor[Any, Any], *args: Any, **kwargs: Any) -> Step:
+def step(actor: dramatiq.Actor[Any, R], *args: Any, **kwargs: Any) -> Step[R]:
     """A step calling ``actor`` with these arguments first; the run adds the previous result after them.
 
     Unlike ``actor.message(...)``, it does not ask for every argument up front, so type checkers accept
@@ -125,16 +135,33 @@ def step(actor: dramatiq.Actor[Any, Any], *args: Any, **kwargs: Any) -> Step:
     return Step(actor_name=actor.actor_name, queue_name=actor.queue_name, args=args, kwargs=kwargs)
 
 
-def _nodes(what: str, values: Iterable[object]) -> tuple[Node, ...]:
+def _nodes(what: str, values: Iterable[object]) -> tuple[Node[Any], ...]:
     nodes = tuple(as_node(v) for v in values)
     if not nodes:
         raise DefinitionError(f"{what}() needs at least one step.")
     return nodes
 
 
-def chain(*steps: object) -> Chain:
-    """Run ``steps`` one after another, passing each result to the next step as its last argument."""
-    flat: list[Node] = []
+@overload
+def chain(s1: Ending[R], /) -> Chain[R]: ...
+@overload
+def chain(s1: object, s2: Ending[R], /) -> Chain[R]: ...
+@overload
+def chain(s1: object, s2: object, s3: Ending[R], /) -> Chain[R]: ...
+@overload
+def chain(s1: object, s2: object, s3: object, s4: Ending[R], /) -> Chain[R]: ...
+@overload
+def chain(s1: object, s2: object, s3: object, s4: object, s5: Ending[R], /) -> Chain[R]: ...
+@overload
+def chain(s1: object, s2: object, s3: object, s4: object, s5: object, s6: Ending[R], /) -> Chain[R]: ...
+@overload
+def chain(*steps: object) -> Chain[Any]: ...
+def chain(*steps: object) -> Chain[Any]:
+    """Run ``steps`` one after another, passing each result to the next step as its last argument.
+
+    The chain's result is its last step's: type checkers see it for up to six steps.
+    """
+    flat: list[Node[Any]] = []
     for node in _nodes("chain", steps):
         flat.extend(node.children if isinstance(node, Chain) else (node,))
     return Chain(tuple(flat))
@@ -176,7 +203,7 @@ def for_each(actor: dramatiq.Actor[Any, Any], items: Iterable[Any]) -> Parallel:
     return group(*steps)
 
 
-def chord(members: object, then: object) -> Chain:
+def chord(members: object, then: Ending[R]) -> Chain[R]:
     """Run ``members`` in parallel, then ``then`` once with the list of all their results.
 
     ``members`` is a group/fan-out node or an iterable of steps.

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
+
+from typing_extensions import TypeVar
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
 from pipelines.sealing import Sealer
@@ -15,8 +17,16 @@ if TYPE_CHECKING:
     from pipelines.aio import AsyncBridge
 
 
-class Run:
-    """A pipeline run, by id. Cheap to create: every call reads the run store."""
+#: The run's result type: its pipeline's last step's return type where a type checker can tell.
+R = TypeVar("R", default=Any)
+
+
+class Run(Generic[R]):
+    """A pipeline run, by id. Cheap to create: every call reads the run store.
+
+    ``Run[R]``: ``result()`` returns an ``R``, the return type of the pipeline's last step when it was
+    built with ``step``/``chain``/``chord`` (``Any`` for registered pipelines started by name).
+    """
 
     def __init__(
         self,
@@ -88,7 +98,7 @@ class Run:
             )
         return status
 
-    def result(self, timeout_s: float | None = None) -> Any:
+    def result(self, timeout_s: float | None = None) -> R:
         """Wait for the run and return its result.
 
         Raises:
@@ -98,17 +108,18 @@ class Run:
         """
         return self._outcome(self.wait(timeout_s))
 
-    async def result_async(self, timeout_s: float | None = None) -> Any:
+    async def result_async(self, timeout_s: float | None = None) -> R:
         """:meth:`result` for asyncio code (see :meth:`wait_async`)."""
         return self._outcome(await self.wait_async(timeout_s))
 
-    def _outcome(self, status: RunStatus) -> Any:
+    def _outcome(self, status: RunStatus) -> R:
         if status.state == "failed":
             raise RunFailed(self.id, status.failed_step, status.error)
         if status.state == "cancelled":
             raise RunCancelled(f"Run {self.id} was cancelled.")
         # An encrypting actor's result is stored sealed; the caller gets it opened (with the keys).
-        return self._sealer.open(status.result) if self._sealer is not None else status.result
+        result = self._sealer.open(status.result) if self._sealer is not None else status.result
+        return cast(R, result)  # what the last step returned, decoded from JSON
 
     def cancel(self) -> bool:
         """Cancel the run: steps that have not started never run. False if it had already ended."""
