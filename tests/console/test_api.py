@@ -127,9 +127,15 @@ def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
 
 
 def failed_run(console: Console, x: int) -> Any:
+    """A run failed at ``flaky``, once its dead letter is there too (it is published after the run fails)."""
     console.actors.broken.set()
+    letters = len(console.app.dead_letters.list("flaky"))
     run = console.app.start(chain(step(console.actors.flaky, x), console.actors.double), name="dead")
     assert run.wait(timeout_s=30).state == "failed"
+    deadline = time.monotonic() + 30
+    while len(console.app.dead_letters.list("flaky")) == letters:
+        assert time.monotonic() < deadline, f"no dead letter of run {run.id} after 30 s"
+        time.sleep(0.05)
     return run
 
 

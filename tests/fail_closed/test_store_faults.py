@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from importlib import resources
 from typing import Any
@@ -25,6 +26,7 @@ from redis_proxy import ERROR_REPLIES, ErrorProxy
 
 from pipelines import chain, step
 from pipelines.app import App
+from pipelines.errors import StoreUnavailable
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10
@@ -90,8 +92,14 @@ def drive(
         app.start(chain(step(actors["book"], f"r{n}"), step(actors["book"], f"r{n}")), args=(0,)) for n in range(RUNS)
     ]
     start_worker(app)
+    waited_until = time.monotonic() + timeout_s
     for run in runs:
-        run.wait(timeout_s=timeout_s)
+        while True:
+            try:
+                run.wait(timeout_s=max(waited_until - time.monotonic(), 0.1))
+                break
+            except StoreUnavailable:  # this process's reads meet the stall too: wait through it
+                assert time.monotonic() < waited_until, f"Redis unavailable for {timeout_s} s"
     expected = {f"charge-{n}" for n in range(ORDERS)} | {f"book-r{n}-{v}" for n in range(RUNS) for v in (0, 1)}
     deadline = threading.Event()
     for _ in range(int(timeout_s * 10)):
