@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pipelines.errors import ConfigError
 from pipelines.masking import mask_secrets, mask_text
 from pipelines.naming import is_valid_actor_name, is_valid_namespace
+from pipelines.redis_cluster import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 
 #: Environment variable naming the config file; the default is ``./config.toml``.
 CONFIG_PATH_ENV = "PIPELINES_CONFIG"
@@ -64,7 +65,10 @@ def _check_amqp_url(url: str) -> str:
 
 def _check_redis_url(url: str) -> str:
     """The URL as redis-py reads it, with the database a number (redis-py would quietly use 0)."""
-    if _check_url(url, ("redis", "rediss", "memory")).startswith("memory://"):
+    if is_cluster_url(url):
+        parse_cluster_url(url)
+        return url
+    if _check_url(url, ("redis", "rediss", "memory", *CLUSTER_SCHEMES)).startswith("memory://"):
         return url
     database = urlsplit(url).path.strip("/")
     if database and not database.isdigit():

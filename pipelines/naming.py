@@ -6,6 +6,7 @@ exchange or a key, and an operator can predict every name from ``config.toml``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 _NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -97,8 +98,18 @@ def routing_key_for(actor_names: list[str]) -> str:
 
 
 def run_key(namespace: str, run_id: str) -> str:
-    """Run-store key of a run's record; the run's other keys extend it."""
-    return f"{namespace}:run:{run_id}"
+    """Run-store key of a run's record; the run's other keys extend it.
+
+    The run id is a hash tag (``{...}``): on a Redis Cluster every key of one run is in one slot, so
+    each of the store's scripts touches one slot, and runs spread evenly over the shards.
+    """
+    return f"{namespace}:run:{{{run_id}}}"
+
+
+def run_id_for_key(namespace: str, idempotency_key: str) -> str:
+    """The id of the run an idempotency key starts: derived from the key, so finding the run a key
+    started needs no mapping key of its own (which a Redis Cluster would keep in another slot)."""
+    return hashlib.sha256(f"{namespace}\0{idempotency_key}".encode()).hexdigest()[:32]
 
 
 def idempotency_record_key(namespace: str, key: str) -> str:
@@ -116,11 +127,6 @@ def recent_runs_key(namespace: str) -> str:
     return f"{namespace}:runs"
 
 
-def run_idempotency_key(namespace: str, key: str) -> str:
-    """Run-store key that maps a caller's idempotency key to the run it started."""
-    return f"{namespace}:run-key:{key}"
-
-
 def lease_key(namespace: str, lease_id: str) -> str:
     """Run-store key of a long-running job's lease: its holder, expiry and message."""
     return f"{namespace}:lease:{lease_id}"
@@ -128,9 +134,9 @@ def lease_key(namespace: str, lease_id: str) -> str:
 
 def tick_key(namespace: str, job: str, tick_ms: int) -> str:
     """Run-store key counting the claims of one tick of a scheduled job."""
-    return f"{namespace}:tick:{job}:{tick_ms}"
+    return f"{namespace}:tick:{{{job}}}:{tick_ms}"  # the job is a hash tag: one slot with its schedule key
 
 
 def schedule_key(namespace: str, job: str) -> str:
     """Run-store key of the last tick a scheduled job ran (or skipped on purpose)."""
-    return f"{namespace}:schedule:{job}"
+    return f"{namespace}:schedule:{{{job}}}"

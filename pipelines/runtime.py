@@ -26,7 +26,7 @@ from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, ServiceUnavailable, UnknownActor
-from pipelines.naming import MAX_NAME_BYTES
+from pipelines.naming import MAX_NAME_BYTES, run_id_for_key
 from pipelines.plan import Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
 from pipelines.store.base import Advance, Claim, NewRun
@@ -291,7 +291,8 @@ class Runtime:
             )
         _check_arguments(broker, plan.entry, StepInput(args, kwargs))
         _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
-        run_id = uuid.uuid4().hex
+        # A keyed run's id is its key's: a second start with the key finds the first run by its id.
+        run_id = run_id_for_key(broker.namespace, idempotency_key) if idempotency_key else uuid.uuid4().hex
         correlation_id = current_correlation_id() or new_correlation_id()
         messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
         carrier: dict[str, str] = {}

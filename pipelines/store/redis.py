@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from pipelines.errors import StoreUnavailable
@@ -27,12 +28,13 @@ from pipelines.naming import (
     lease_key,
     once_key,
     recent_runs_key,
-    run_idempotency_key,
+    run_id_for_key,
     run_key,
     schedule_key,
     tick_key,
 )
 from pipelines.plan import Frame
+from pipelines.redis_cluster import cluster_client, is_cluster_url
 from pipelines.store import replies
 from pipelines.store.base import (
     FINAL_RUN_STATES,
@@ -51,6 +53,8 @@ from pipelines.store.feed import RedisRunFeed
 SOCKET_TIMEOUT_S = 5.0
 #: Fastest rate at which ``wait_run`` hands changes to its ``on_change`` callback.
 CHANGE_CALLBACK_INTERVAL_S = 0.2
+#: Runs the namespace's index of recent runs keeps (``recent_runs``).
+RECENT_RUNS = 1000
 #: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
 LIVENESS_CHECK_S = 30.0
 
@@ -82,18 +86,25 @@ class RedisRunStore:
     names it in errors.
     """
 
-    def __init__(self, *, url: str, namespace: str, retention_s: int, client: redis.Redis | None = None) -> None:
+    def __init__(
+        self, *, url: str, namespace: str, retention_s: int, client: redis.Redis | RedisCluster | None = None
+    ) -> None:
         self._url = url
         self._namespace = namespace
         self._retention_ms = retention_s * 1000
         if client is None:
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=SOCKET_TIMEOUT_S,
-                socket_connect_timeout=SOCKET_TIMEOUT_S,
-                health_check_interval=30,
+            client = (
+                cluster_client(url, timeout_s=SOCKET_TIMEOUT_S)
+                if is_cluster_url(url)
+                else redis.Redis.from_url(
+                    url,
+                    socket_timeout=SOCKET_TIMEOUT_S,
+                    socket_connect_timeout=SOCKET_TIMEOUT_S,
+                    health_check_interval=30,
+                )
             )
-        self._redis = client
+        self._redis: redis.Redis | RedisCluster = client
+        self._cluster = isinstance(client, RedisCluster)
         self._create = self._redis.register_script(_script("create"))
         self._claim = self._redis.register_script(_script("claim"))
         self._complete = self._redis.register_script(_script("complete"))
@@ -141,11 +152,23 @@ class RedisRunStore:
         with self._answering():
             return script(keys=keys, args=args)
 
+    def _pipelined(self, pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
+        """Queue ``script`` in ``pipe``. A cluster pipeline sends the script's text: each shard may not
+        have it cached (a replica promoted after a failover starts with none), and it cannot load it."""
+        if self._cluster:
+            pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
+        else:
+            script(keys=keys, args=args, client=pipe)
+
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
 
     def _create_arguments(self, run: NewRun) -> tuple[list[str], list[Any]]:
-        idem = run_idempotency_key(self._namespace, run.idempotency_key) if run.idempotency_key else ""
+        if run.idempotency_key and run.run_id != run_id_for_key(self._namespace, run.idempotency_key):
+            raise ValueError(
+                f"Run {run.run_id} has idempotency key {run.idempotency_key!r} but not its id: a keyed run's id "
+                "is naming.run_id_for_key(namespace, key), so that a second start finds the first run."
+            )
         args: list[Any] = [
             run.run_id,
             run.pipeline,
@@ -161,18 +184,25 @@ class RedisRunStore:
             args += [node, orjson.dumps({"a": actor, "s": "pending"})]
         for node, leaves in run.starts.items():
             args += [node, leaves, " ".join(run.entries[node])]
-        return [self._key(run.run_id), idem, recent_runs_key(self._namespace)], args
+        return [self._key(run.run_id)], args
 
     def create_run(self, run: NewRun) -> tuple[str, bool]:
         return self.create_runs([run])[0]
 
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        recent = recent_runs_key(self._namespace)
         with self._answering():
             pipe = self._redis.pipeline(transaction=False)
             for run in runs:
                 keys, args = self._create_arguments(run)
-                self._create(keys=keys, args=args, client=pipe)
-            created = pipe.execute()
+                self._pipelined(pipe, self._create, keys, args)
+            # The index of recent runs is a key of its own (another slot on a Redis Cluster): written
+            # after the runs, in the same round trip; a run already indexed keeps its place (NX).
+            now_ms = time.time() * 1000
+            pipe.zadd(recent, {run.run_id: now_ms for run in runs}, nx=True)
+            pipe.zremrangebyrank(recent, 0, -(RECENT_RUNS + 1))
+            pipe.pexpire(recent, self._retention_ms)
+            created = pipe.execute()[: len(runs)]
         return [replies.create(reply) for reply in created]
 
     def recent_runs(self, limit: int) -> list[str]:
@@ -181,9 +211,10 @@ class RedisRunStore:
         return [replies.text(run_id) for run_id in ids]
 
     def run_for_key(self, idempotency_key: str) -> str | None:
+        run_id = run_id_for_key(self._namespace, idempotency_key)
         with self._answering():
-            run_id = self._redis.get(run_idempotency_key(self._namespace, idempotency_key))
-        return replies.text(run_id) if run_id is not None else None
+            exists = self._redis.exists(self._key(run_id))
+        return run_id if exists else None
 
     def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
         return replies.claim(self._run(self._claim, [self._key(run_id)], [node, lease_ms, attempt]))
@@ -315,8 +346,14 @@ class RedisRunStore:
         ids = list(holders)
         if not ids:
             return []
-        keys = [self._lease(i) for i in ids]
-        return replies.lease_renew(self._run(self._lease_renew, keys, [lease_ms, *(holders[i] for i in ids)]), ids)
+        # One script per lease (each atomic), all in one round trip: leases are in different Redis
+        # Cluster slots, which one script may not span.
+        with self._answering():
+            pipe = self._redis.pipeline(transaction=False)
+            for lease_id in ids:
+                self._pipelined(pipe, self._lease_renew, [self._lease(lease_id)], [lease_ms, holders[lease_id]])
+            replies_by_lease = pipe.execute()
+        return [lost for lost, reply in zip(ids, replies_by_lease, strict=True) if replies.lease_renew(reply, [lost])]
 
     def close_lease(self, lease_id: str) -> None:
         with self._answering():

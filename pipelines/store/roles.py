@@ -51,7 +51,11 @@ class RunSteps(RunStates, Protocol):
     """Runs started and advanced step by step, each decision atomic."""
 
     def create_run(self, run: NewRun) -> tuple[str, bool]:
-        """Record a new run; returns (run id, created). An existing idempotency key returns its run."""
+        """Record a new run; returns (run id, created). A run that exists already is returned as it is.
+
+        A run with an idempotency key has the key's id (``naming.run_id_for_key``), so a second start
+        with the key returns the first run (ValueError for a keyed run with another id).
+        """
 
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
         """:meth:`create_run` for several runs, in one round trip."""

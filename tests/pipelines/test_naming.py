@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from redis.crc import key_slot
 
 from pipelines import naming
 
@@ -31,7 +32,9 @@ def amqp_names(namespace: str) -> set[str]:
 def store_keys(namespace: str) -> set[str]:
     """Every run-store key a namespace writes for a sample of run ids and idempotency keys."""
     ids = ["abc123", "order-42", "x"]
-    return {naming.run_key(namespace, i) for i in ids} | {naming.run_idempotency_key(namespace, i) for i in ids}
+    return {naming.run_key(namespace, i) for i in ids} | {
+        naming.run_key(namespace, naming.run_id_for_key(namespace, i)) for i in ids
+    }
 
 
 @pytest.mark.parametrize("namespace", NAMESPACES)
@@ -63,17 +66,26 @@ def test_two_namespaces_never_share_a_name(first: str, second: str) -> None:
         (naming.dead_letter_queue("prod.default.charge"), "prod.default.charge.dead"),
         (naming.delay_queue("prod", 1500), "prod.delay.1500ms"),
         (naming.actor_binding_key("charge"), "#.charge.#"),
-        (naming.run_key("prod", "abc"), "prod:run:abc"),
-        (naming.run_idempotency_key("prod", "order-42"), "prod:run-key:order-42"),
+        (naming.run_key("prod", "abc"), "prod:run:{abc}"),
+        (naming.tick_key("prod", "nightly", 60_000), "prod:tick:{nightly}:60000"),
+        (naming.schedule_key("prod", "nightly"), "prod:schedule:{nightly}"),
     ],
 )
 def test_names_are_predictable_from_the_namespace(name: str, expected: str) -> None:
     assert name == expected
 
 
-def test_run_keys_and_idempotency_keys_never_collide() -> None:
-    assert naming.run_key("prod", "key:x") != naming.run_idempotency_key("prod", "x")
-    assert naming.run_key("prod", "x") != naming.run_idempotency_key("prod", "x")
+def test_a_keyed_runs_id_is_its_keys_in_its_namespace_only() -> None:
+    assert naming.run_id_for_key("prod", "order-42") == naming.run_id_for_key("prod", "order-42")
+    assert naming.run_id_for_key("prod", "order-42") != naming.run_id_for_key("staging", "order-42")
+    assert naming.run_id_for_key("prod", "order-42") != naming.run_id_for_key("prod", "order-43")
+
+
+def test_every_key_of_one_run_and_of_one_scheduled_job_is_in_one_redis_cluster_slot() -> None:
+    run = naming.run_key("prod", "abc")
+    assert len({key_slot(k.encode()) for k in (run, run + ":steps", run + ":bar:0.1", run + ":bar:0.1:meta")}) == 1
+    job = {key_slot(naming.tick_key("prod", "nightly", t).encode()) for t in (0, 60_000)}
+    assert job == {key_slot(naming.schedule_key("prod", "nightly").encode())}
 
 
 @pytest.mark.parametrize(

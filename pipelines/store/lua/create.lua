@@ -1,15 +1,12 @@
--- Create a run, or return the run an idempotency key already started.
--- KEYS[1] run key, KEYS[2] idempotency key ('' for none), KEYS[3] the namespace's recent-runs index
+-- Create a run, or return it when it exists already: a run started with an idempotency key has the id
+-- the key derives (naming.run_id_for_key), so a second start with the key finds the first run here.
+-- KEYS[1] run key (every key this script touches extends it, so it runs in one Redis Cluster slot)
 -- ARGV: run_id, pipeline, retention_ms, idempotency_key, n_steps, n_starts, correlation id,
 --       deadline in ms from now (0 for none), trace id ('' for none),
 --       then n_steps pairs (step id, step json), then n_starts triples (step id, leaves json, entry ids)
 local run = KEYS[1]
 local ttl = tonumber(ARGV[3])
-if KEYS[2] ~= '' then
-  local existing = redis.call('GET', KEYS[2])
-  if existing then return {0, existing} end
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)
-end
+if redis.call('EXISTS', run) == 1 then return {0, ARGV[1]} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', run, 'id', ARGV[1], 'pipeline', ARGV[2], 'status', 'pending', 'created_at', now,
@@ -29,7 +26,4 @@ end
 for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries'}) do
   redis.call('PEXPIRE', key, ttl)
 end
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1001)
-redis.call('PEXPIRE', KEYS[3], ttl)
 return {1, ARGV[1]}

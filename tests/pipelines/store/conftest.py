@@ -14,11 +14,15 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pipelines.config import StoreConfig
+from pipelines.naming import run_id_for_key
 from pipelines.store import EMBEDDED_URL, NewRun, RedisRunStore, RunStore, make_store
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 #: Backend name (the test id) → the store.url that selects it.
 STORE_URLS = {"memory": EMBEDDED_URL, "redis": REDIS_URL}
+#: A Redis Cluster to run the contract on too (tests/cluster runs it on a cluster of its own).
+if os.environ.get("PIPELINES_TEST_REDIS_CLUSTER_URL"):
+    STORE_URLS["cluster"] = os.environ["PIPELINES_TEST_REDIS_CLUSTER_URL"]
 #: Backends that need the test services running.
 NEEDS_SERVICES = frozenset({"redis"})
 RETENTION_S = 3600
@@ -35,10 +39,16 @@ def store_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(store_backend: str) -> Iterator[RunStore]:
+def store_namespace() -> str:
+    """The namespace of the test's store (a keyed run's id derives from it)."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def store(store_backend: str, store_namespace: str) -> Iterator[RunStore]:
     """A store of ``store_backend`` in a namespace of its own, deleted afterwards."""
     config = StoreConfig(url=STORE_URLS[store_backend], retention_s=RETENTION_S)
-    made = make_store(config, namespace=f"t-{uuid.uuid4().hex[:10]}")
+    made = make_store(config, namespace=store_namespace)
     yield made
     if isinstance(made, RedisRunStore):
         made.delete_namespace()
@@ -46,10 +56,15 @@ def store(store_backend: str) -> Iterator[RunStore]:
 
 
 @pytest.fixture
-def new_chord() -> NewChord:
-    """``new_chord(members, key=None, *, correlation_id, trace_id)``: a run of chain(parallel(members), callback).
+def new_chord(store_namespace: str) -> NewChord:
+    """``new_chord(members, key=None, *, correlation_id, trace_id)``: see :func:`chord_maker`."""
+    return chord_maker(store_namespace)
 
-    Its steps: members ``0.0.<i>``, then the callback ``0.1``.
+
+def chord_maker(namespace: str) -> NewChord:
+    """Makes runs of chain(parallel(members), callback) in ``namespace``.
+
+    Their steps: members ``0.0.<i>``, then the callback ``0.1``. A keyed run has its key's id.
     """
 
     def new(
@@ -57,7 +72,7 @@ def new_chord() -> NewChord:
     ) -> NewRun:
         steps = [(f"0.0.{i}", "member") for i in range(members)] + [("0.1", "callback")]
         return NewRun(
-            run_id=uuid.uuid4().hex,
+            run_id=run_id_for_key(namespace, key) if key else uuid.uuid4().hex,
             pipeline="chord",
             steps=steps,
             starts={"0.1": '[{"node": "0.1"}]'},

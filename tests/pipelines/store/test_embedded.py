@@ -51,8 +51,8 @@ def test_the_embedded_store_runs_a_chord_and_wakes_a_waiter_without_any_socket(
     assert (status.state, status.result) == ("succeeded", 2)
 
 
-def test_each_embedded_store_has_a_server_of_its_own(new_chord: NewChord) -> None:
-    first, second = (embedded_store(namespace="same", retention_s=60) for _ in range(2))
+def test_each_embedded_store_has_a_server_of_its_own(new_chord: NewChord, store_namespace: str) -> None:
+    first, second = (embedded_store(namespace=store_namespace, retention_s=60) for _ in range(2))
     run = new_chord(1, key="shared-key")
 
     first.create_run(run)

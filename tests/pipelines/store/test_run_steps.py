@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, RunSteps, RunStore
@@ -21,12 +24,19 @@ def member(index: int, members: int) -> list[Frame]:
 
 def test_an_idempotency_key_returns_the_run_it_started(store: RunStore, new_chord: NewChord) -> None:
     first = new_chord(2, key="k1")
-    second = new_chord(2, key="k1")
+    second = new_chord(3, key="k1")
 
     assert store.create_run(first) == (first.run_id, True)
     assert store.create_run(second) == (first.run_id, False)
     assert store.run_for_key("k1") == first.run_id
-    assert store.get_run(second.run_id) is None
+    kept = store.get_run(first.run_id)
+    assert kept is not None
+    assert len(kept.steps) == 3  # the first start's two members and callback, not the second's
+
+
+def test_a_keyed_run_must_have_its_keys_id(store: RunStore, new_chord: NewChord) -> None:
+    with pytest.raises(ValueError, match="run_id_for_key"):
+        store.create_run(replace(new_chord(1), idempotency_key="k2"))
 
 
 def test_create_runs_records_each_run_in_one_call_and_a_known_key_returns_its_run(
@@ -37,7 +47,8 @@ def test_create_runs_records_each_run_in_one_call_and_a_known_key_returns_its_ru
     created = store.create_runs([first, second, again])
 
     assert created == [(first.run_id, True), (second.run_id, True), (first.run_id, False)]
-    assert [store.run_state(run.run_id) for run in (first, second, again)] == ["pending", "pending", None]
+    assert [store.run_state(run.run_id) for run in (first, second)] == ["pending", "pending"]
+    assert again.run_id == first.run_id
 
 
 def test_a_claim_runs_a_step_once_and_holds_it_against_duplicates(store: RunStore, new_chord: NewChord) -> None:

@@ -1,0 +1,72 @@
+"""Redis Cluster URLs for the run store: ``redis+cluster://[user:password@]host:port[,host:port...]``.
+
+Why a scheme of its own: a cluster is several addresses, and its client (redis-py's ``RedisCluster``)
+routes every command by key slot instead of talking to one server. The nodes named are only where the
+client starts: it learns the rest of the cluster from them. A cluster has one database, 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from redis.cluster import ClusterNode, RedisCluster
+
+#: URL schemes of a Redis Cluster (``rediss+cluster`` for TLS).
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+@dataclass(frozen=True)
+class ClusterAddress:
+    """What a cluster URL says: where to start, who to be, whether to use TLS."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def is_cluster_url(url: str) -> bool:
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def parse_cluster_url(url: str) -> ClusterAddress:
+    """The URL's parts.
+
+    Raises:
+        ValueError: Not a cluster URL, a node without a numeric port, or a database other than 0.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in CLUSTER_SCHEMES:
+        raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in CLUSTER_SCHEMES)}")
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = credentials.partition(":") if credentials else ("", "", "")
+    nodes: list[tuple[str, int]] = []
+    for address in filter(None, hosts.split(",")):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"expected host:port for every node of the cluster, not {address!r}")
+        nodes.append((host, int(port)))
+    if not nodes:
+        raise ValueError("expected at least one node, like redis+cluster://host:7000,host:7001")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has one database, 0: leave the database out of the URL")
+    return ClusterAddress(
+        nodes=tuple(nodes),
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+        tls=parts.scheme == "rediss+cluster",
+    )
+
+
+def cluster_client(url: str, *, timeout_s: float) -> RedisCluster:
+    """A client of the cluster the URL names (nothing connects until the first command)."""
+    address = parse_cluster_url(url)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in address.nodes],  # type: ignore[no-untyped-call]
+        username=address.username,
+        password=address.password,
+        ssl=address.tls,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )

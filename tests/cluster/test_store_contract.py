@@ -1,0 +1,54 @@
+"""The run store's whole contract, every role, on the local Redis Cluster (``redis+cluster://``).
+
+The contract's tests are the ones every backend passes (tests/pipelines/store); here their ``store``
+is a store on the cluster, so each script must touch one slot and every command must be routed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from local_redis import LocalRedisCluster
+
+from pipelines.store import NewRun, RedisRunStore
+from tests.pipelines.store.conftest import chord_maker
+from tests.pipelines.store.test_job_leases import *  # noqa: F403
+from tests.pipelines.store.test_key_claims import *  # noqa: F403
+from tests.pipelines.store.test_once_marks import *  # noqa: F403
+from tests.pipelines.store.test_rate_slots import *  # noqa: F403
+from tests.pipelines.store.test_run_feeds import *  # noqa: F403
+from tests.pipelines.store.test_run_plans import *  # noqa: F403
+from tests.pipelines.store.test_run_steps import *  # noqa: F403
+from tests.pipelines.store.test_run_views import *  # noqa: F403
+from tests.pipelines.store.test_schedule_ticks import *  # noqa: F403
+from tests.pipelines.store.test_step_progress import *  # noqa: F403
+from tests.pipelines.store.test_step_replays import *  # noqa: F403
+from tests.pipelines.store.test_store_lifecycle import *  # noqa: F403
+
+pytestmark = pytest.mark.cluster
+
+RETENTION_S = 3600
+
+
+def cluster_url(cluster: LocalRedisCluster) -> str:
+    return f"redis+cluster://127.0.0.1:{cluster.servers[0].port},127.0.0.1:{cluster.servers[1].port}"
+
+
+@pytest.fixture
+def store_namespace() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def store(redis_cluster: LocalRedisCluster, store_namespace: str) -> Iterator[RedisRunStore]:
+    made = RedisRunStore(url=cluster_url(redis_cluster), namespace=store_namespace, retention_s=RETENTION_S)
+    yield made
+    made.delete_namespace()
+    made.close()
+
+
+@pytest.fixture
+def new_chord(store_namespace: str) -> Callable[..., NewRun]:
+    return chord_maker(store_namespace)
