@@ -1,0 +1,80 @@
+"""How a Redis Cluster run store spreads runs over its shards.
+
+    python -m bench.shards redis+cluster://127.0.0.1:7000 [--runs 10000]
+
+Creates ``--runs`` three-step chain runs (and claims and completes their first step) in a namespace of
+its own, then prints, per primary: its keys and the commands it served meanwhile (``INFO
+commandstats``), each as a ratio to an even share. The namespace is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from collections.abc import Mapping
+
+import redis
+from redis.cluster import RedisCluster
+
+from pipelines.redis_cluster import cluster_client
+from pipelines.store import NewRun, RedisRunStore
+
+BATCH = 500
+
+
+def _commands(node: redis.Redis) -> int:
+    stats: Mapping[str, Mapping[str, int]] = node.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+def _primaries(client: RedisCluster) -> dict[str, redis.Redis]:
+    return {f"{n.host}:{n.port}": n.redis_connection for n in client.get_primaries() if n.redis_connection is not None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("url", help="the cluster's redis+cluster:// URL")
+    parser.add_argument("--runs", type=int, default=10_000)
+    options = parser.parse_args()
+    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    store = RedisRunStore(url=options.url, namespace=namespace, retention_s=3600)
+    client = cluster_client(options.url, timeout_s=5)
+    client.ping()
+    primaries = _primaries(client)
+    before = {name: _commands(node) for name, node in primaries.items()}
+    try:
+        for first in range(0, options.runs, BATCH):
+            runs = [
+                NewRun(
+                    run_id=uuid.uuid4().hex,
+                    pipeline="chain3",
+                    steps=[("0", "a"), ("1", "b"), ("2", "c")],
+                    starts={"1": '[{"node": "1"}]', "2": '[{"node": "2"}]'},
+                    entries={"1": ["1"], "2": ["2"]},
+                )
+                for _ in range(first, min(first + BATCH, options.runs))
+            ]
+            store.create_runs(runs)
+            for run in runs:
+                store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
+                store.complete_step(run.run_id, "0", (), "1")
+        keys = {
+            name: sum(1 for _ in node.scan_iter(match=f"{namespace}:*", count=1000)) for name, node in primaries.items()
+        }
+        commands = {name: _commands(node) - before[name] for name, node in primaries.items()}
+    finally:
+        store.delete_namespace()
+        store.close()
+        client.close()
+    print(f"{options.runs} runs over {len(primaries)} primaries (ratio: share / even share)")
+    print(f"{'primary':<22}{'keys':>10}{'ratio':>8}{'commands':>12}{'ratio':>8}")
+    even_keys, even_commands = sum(keys.values()) / len(keys), sum(commands.values()) / len(commands)
+    for name in sorted(primaries):
+        print(
+            f"{name:<22}{keys[name]:>10}{keys[name] / even_keys:>8.2f}"
+            f"{commands[name]:>12}{commands[name] / even_commands:>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
