@@ -132,11 +132,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
     commands.add_parser("demo", help="where the demo is (it ships with the repository: `make demo`)")
+    commands.add_parser(
+        "scheduler",
+        help="send scheduled actors' ticks, through RabbitMQ outages (periodiq's arguments: BROKER [MODULE ...])",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["scheduler"]:
+        # periodiq's arguments, as given: the scheduler imports the broker module like `periodiq` does.
+        from pipelines.scheduler import main as scheduler_main
+
+        return scheduler_main(given[1:])
+    args = build_parser().parse_args(given)
     if args.command == "demo":
         # The demo runs the example actors, which ship with the repository, not with the package.
         print(f"pipelines: {DEMO_ELSEWHERE}", file=sys.stderr)
