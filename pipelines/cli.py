@@ -147,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipelines.scheduler import main as scheduler_main
 
         return scheduler_main(given[1:])
-    args = build_parser().parse_args(given)
+    return _command(build_parser().parse_args(given))
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "demo":
         # The demo runs the example actors, which ship with the repository, not with the package.
         print(f"pipelines: {DEMO_ELSEWHERE}", file=sys.stderr)

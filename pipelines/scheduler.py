@@ -111,7 +111,7 @@ def main(argv: Sequence[str]) -> int:
     for path in args.path:
         sys.path.insert(0, path)
     try:
-        _, broker = import_broker(args.broker)
+        _, broker = import_broker(args.broker)  # type: ignore[no-untyped-call]
         for module in args.modules:
             importlib.import_module(module)
     except ImportError as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pendulum
@@ -41,10 +42,9 @@ def _local_time(at: pendulum.DateTime) -> pendulum.DateTime:
 def tick_of(scheduled_at: str, spec: Any = None) -> int:
     """The tick (epoch ms) a message stamped ``scheduled_at`` belongs to: the latest cron time of
     ``spec`` at or before it (its minute without a spec, or when the cron never matched before it)."""
-    parsed = pendulum.parse(scheduled_at)
-    if not isinstance(parsed, pendulum.DateTime):
-        raise ValueError(f"scheduled_at {scheduled_at!r} is not a date and time")
-    minute = _local_time(parsed).replace(second=0, microsecond=0)
+    local = pendulum.now().timezone_name or "UTC"
+    at = pendulum.instance(datetime.fromisoformat(scheduled_at), tz=local)
+    minute = _local_time(at).replace(second=0, microsecond=0)
     if spec is None or spec.validate(minute):
         return _ms(minute)
     for hours in LOOK_BACK_H:
