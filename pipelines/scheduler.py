@@ -23,8 +23,10 @@ import pendulum
 import periodiq
 from dramatiq.cli import LOGFORMAT, VERBOSITY, import_broker
 
+from pipelines import logs
 from pipelines import options as opt
-from pipelines.errors import BrokerAccessRefused, ConfigError, PipelinesError, ServiceUnavailable
+from pipelines.current import current_app
+from pipelines.errors import BrokerAccessRefused, ConfigError, DefinitionError, PipelinesError, ServiceUnavailable
 from pipelines.schedules import SCHEDULE_SKIP_DELAY_S
 
 logger = logging.getLogger("pipelines.scheduler")
@@ -100,6 +102,18 @@ class Scheduler(periodiq.Scheduler):  # type: ignore[misc]
         return failed, error
 
 
+def _quiet_logs() -> None:
+    """The app's log format and level, and pika kept quiet as in `dramatiq` workers: its errors come
+    with tracebacks, and the scheduler's own line per attempt says what went wrong."""
+    try:
+        settings = current_app().settings
+    except DefinitionError:
+        pass  # a broker not built by pipelines.configure(): periodiq's text lines
+    else:
+        logs.install(settings.logging.format, settings.logging.level)
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+
+
 def main(argv: Sequence[str]) -> int:
     """``pipelines scheduler BROKER [MODULE ...] [--path ...] [-v]``: periodiq's arguments."""
     logging.basicConfig(level=logging.INFO, format=LOGFORMAT)
@@ -120,6 +134,7 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as e:
         logger.error("%s", e)
         return 2
+    _quiet_logs()
     try:
         actors = [a for a in broker.actors.values() if opt.PERIODIC in a.options]
         if not actors:
