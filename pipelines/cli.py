@@ -141,13 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
-    if given[:1] == ["scheduler"]:
-        # periodiq's arguments, as given: the scheduler imports the broker module like `periodiq` does.
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "scheduler":
+        # periodiq's arguments, as given: the scheduler imports the broker module like `periodiq` does,
+        # and that module configures the app (from --config too).
+        if args.config:
+            os.environ["PIPELINES_CONFIG"] = args.config
         from pipelines.scheduler import main as scheduler_main
 
-        return scheduler_main(given[1:])
-    return _command(build_parser().parse_args(given))
+        return scheduler_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return _command(args)
 
 
 def _command(args: argparse.Namespace) -> int:

@@ -131,7 +131,7 @@ def main(argv: Sequence[str]) -> int:
     except ImportError as e:
         logger.error("Cannot import the actors: %s. Name the module that declares them (and --path).", e)
         return 2
-    except ConfigError as e:
+    except (ConfigError, DefinitionError) as e:
         logger.error("%s", e)
         return 2
     _quiet_logs()
