@@ -1,4 +1,4 @@
-# The image of the worker (`dramatiq actors`), the scheduler (`periodiq actors`) and the console (`pipelines ui`).
+# The image of the worker (`dramatiq actors`), the scheduler (`pipelines scheduler actors`) and the console (`pipelines ui`).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -1,17 +1,18 @@
-"""Runs each scheduled tick once, and handles ticks missed while no scheduler ran.
+"""Runs each scheduled tick once, and handles ticks that no scheduler sent.
 
-See ``pipelines.schedules``. Before a message stamped ``scheduled_at`` runs, its tick is claimed in the
-run store: a second copy (from a second scheduler) is skipped and counted as a duplicate. With the
-first scheduled actor, a check job is declared that periodiq sends every minute; it compares each
-job's last tick with its cron and applies the job's ``missed`` policy to ticks that never came:
-``skip`` records them as passed (and logs and counts them), ``catch_up`` sends the job once, for the
-latest of them. So a scheduler back after an outage catches up within a minute.
+See ``pipelines.schedules``. Before a message stamped ``scheduled_at`` runs, its tick (the cron time it
+belongs to) is claimed in the run store: a second copy (from a second scheduler, or from a scheduler
+started late in the tick's minute) is skipped and counted as a duplicate. With the first scheduled
+actor, a check job is declared that periodiq sends every minute; it sweeps each job's cron ticks in
+order from where the last sweep stopped, and a tick nobody claimed within the grace period is missed,
+however the check and the job's later ticks interleave. Missed ticks are counted and logged once and
+follow the job's ``missed`` policy: ``skip`` passes them, ``catch_up`` sends the job once, for the
+latest of them. So a scheduler back after an outage catches up within a minute or two.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,8 +25,8 @@ from pipelines import options as opt
 from pipelines.deferral import put_off_while_store_down
 from pipelines.errors import ServiceUnavailable
 from pipelines.outcome import outcome_of
-from pipelines.schedules import enter_tick, missed_ticks, tick_of
-from pipelines.store.roles import OnceMarks, ScheduleTicks
+from pipelines.schedules import MAX_TICKS_CHECKED, enter_tick, tick_of, ticks_between
+from pipelines.store.roles import ScheduleTicks
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,8 @@ TICK_RETENTION_S = 7 * 86400
 MissedListener = Callable[[str, int], None]
 
 
-class TickStore(ScheduleTicks, OnceMarks, Protocol):
-    """What schedules need of the run store: tick claims, and a catch-up run once per missed tick."""
+class TickStore(ScheduleTicks, Protocol):
+    """What schedules need of the run store: tick claims and sweeps."""
 
 
 class Schedules(Middleware):
@@ -72,7 +73,9 @@ class Schedules(Middleware):
         if scheduled_at is None:
             enter_tick(None)
             return
-        tick = int(message.options.get(opt.CATCH_UP_OF) or tick_of(str(scheduled_at)))
+        actor = broker.actors.get(message.actor_name)
+        spec = actor.options.get(opt.PERIODIC) if actor is not None else None
+        tick = int(message.options.get(opt.CATCH_UP_OF) or tick_of(str(scheduled_at), spec))
         try:
             first = self.store.claim_tick(message.actor_name, tick, retention_s=TICK_RETENTION_S)
         except ServiceUnavailable as e:
@@ -95,38 +98,44 @@ class Schedules(Middleware):
         enter_tick(None)
 
     def check_missed(self) -> None:
-        """Apply each scheduled job's ``missed`` policy to the ticks it missed (the check job's body)."""
-        now_ms = int(time.time() * 1000)
+        """Sweep each scheduled job's ticks and apply its ``missed`` policy (the check job's body)."""
+        now_ms = int(pendulum.now().timestamp() * 1000)  # periodiq's clock, which tests can travel
+        cutoff_ms = now_ms - int(self.grace_s * 1000)
         for actor in list(self._broker.actors.values()):
             spec = actor.options.get(opt.PERIODIC)
             if spec is None or actor.actor_name == CHECK:
                 continue
-            last = self.store.last_tick(actor.actor_name)
-            if last is None:
+            swept = self.store.swept_through(actor.actor_name)
+            if swept is None:
                 continue  # never ran: nothing to compare with
-            missed = missed_ticks(spec, last, now_ms, self.grace_s)
+            ticks = ticks_between(spec, swept, now_ms)
+            through_ms = cutoff_ms if len(ticks) < MAX_TICKS_CHECKED else min(cutoff_ms, ticks[-1])
+            missed = self.store.sweep_ticks(actor.actor_name, ticks, cutoff_ms=cutoff_ms, through_ms=through_ms)
             if missed:
                 self._missed(actor, missed)
 
     def _missed(self, actor: dramatiq.Actor[Any, Any], missed: list[int]) -> None:
-        latest = missed[-1]
-        policy = actor.options.get(opt.MISSED, "skip")
-        if policy == "catch_up":
-            # One catch-up message per latest missed tick, even if the check ran twice meanwhile.
-            if not self.store.mark_once(f"catch-up:{actor.actor_name}:{latest}", retention_s=TICK_RETENTION_S):
-                return
-            logger.warning(
-                "%s missed %d tick(s) while no scheduler ran; catching up once for %s.",
-                actor.actor_name,
-                len(missed),
-                pendulum.from_timestamp(latest / 1000).to_iso8601_string(),
-            )
-            actor.send_with_options(
-                scheduled_at=pendulum.now().replace(microsecond=0).to_iso8601_string(), catch_up_of=latest
-            )
-        else:
-            if not self.store.claim_tick(actor.actor_name, latest, retention_s=TICK_RETENTION_S):
-                return
-            logger.warning("%s missed %d tick(s) while no scheduler ran; skipped.", actor.actor_name, len(missed))
+        """Count, log and apply the policy to missed ticks, which one sweep hands out once."""
+        first, latest = (pendulum.from_timestamp(t / 1000).to_iso8601_string() for t in (missed[0], missed[-1]))
         for listener in self.listeners:
             listener(actor.actor_name, len(missed))
+        if actor.options.get(opt.MISSED, "skip") == "catch_up":
+            logger.warning(
+                "%s missed %d tick(s) from %s to %s that no scheduler sent; catching up once for %s.",
+                actor.actor_name,
+                len(missed),
+                first,
+                latest,
+                latest,
+            )
+            actor.send_with_options(
+                scheduled_at=pendulum.now().replace(microsecond=0).to_iso8601_string(), catch_up_of=missed[-1]
+            )
+        else:
+            logger.warning(
+                "%s missed %d tick(s) from %s to %s that no scheduler sent; skipped.",
+                actor.actor_name,
+                len(missed),
+                first,
+                latest,
+            )

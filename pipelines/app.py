@@ -51,7 +51,7 @@ from pipelines.profiles import MissedPolicy
 from pipelines.rate_limits import Rate, RateLimiter, parse_rate
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
-from pipelines.schedules import pipeline_starter
+from pipelines.schedules import SCHEDULE_SKIP_DELAY_S, pipeline_starter
 from pipelines.sealing import Sealer
 from pipelines.store import RunStore, make_store
 
@@ -59,8 +59,6 @@ __all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
 
 #: Longest the framework's own actors (lease watchdog, schedule check) may run, in seconds.
 SYSTEM_ACTOR_TIMEOUT_S = 60.0
-#: Seconds a scheduled (periodiq) message may be late before it is skipped as a missed tick.
-SCHEDULE_SKIP_DELAY_S = 30
 
 
 def build_middleware(

@@ -132,11 +132,31 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
     commands.add_parser("demo", help="where the demo is (it ships with the repository: `make demo`)")
+    commands.add_parser(
+        "scheduler",
+        help="send scheduled actors' ticks, through RabbitMQ outages (periodiq's arguments: BROKER [MODULE ...])",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "scheduler":
+        # periodiq's arguments, as given: the scheduler imports the broker module like `periodiq` does,
+        # and that module configures the app (from --config too).
+        if args.config:
+            os.environ["PIPELINES_CONFIG"] = args.config
+        from pipelines.scheduler import main as scheduler_main
+
+        return scheduler_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "demo":
         # The demo runs the example actors, which ship with the repository, not with the package.
         print(f"pipelines: {DEMO_ELSEWHERE}", file=sys.stderr)

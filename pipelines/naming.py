@@ -137,6 +137,11 @@ def tick_key(namespace: str, job: str, tick_ms: int) -> str:
     return f"{namespace}:tick:{{{job}}}:{tick_ms}"  # the job is a hash tag: one slot with its schedule key
 
 
+def sweep_key(namespace: str, job: str) -> str:
+    """Run-store key of the tick up to which a scheduled job's ticks were swept for missed ones."""
+    return f"{namespace}:swept:{{{job}}}"  # the job is a hash tag: one slot with its ticks
+
+
 def schedule_key(namespace: str, job: str) -> str:
     """Run-store key of the last tick a scheduled job ran (or skipped on purpose)."""
     return f"{namespace}:schedule:{{{job}}}"

@@ -128,8 +128,8 @@ def test_worker_runs_dramatiq_on_the_actors_module(services: dict[str, dict[str,
     assert str(services["worker"]["command"]).startswith("dramatiq actors")
 
 
-def test_scheduler_runs_periodiq_on_the_actors_module(services: dict[str, dict[str, Any]]) -> None:
-    assert str(services["scheduler"]["command"]).startswith("periodiq actors")
+def test_scheduler_runs_the_outage_proof_scheduler_on_the_actors_module(services: dict[str, dict[str, Any]]) -> None:
+    assert str(services["scheduler"]["command"]).startswith("pipelines scheduler actors")
 
 
 @pytest.mark.parametrize(("service", "section"), [("rabbitmq", "broker"), ("redis", "store")])

@@ -31,6 +31,7 @@ from pipelines.naming import (
     run_id_for_key,
     run_key,
     schedule_key,
+    sweep_key,
     tick_key,
 )
 from pipelines.plan import Frame
@@ -118,6 +119,7 @@ class RedisRunStore:
         self._lease_renew = self._redis.register_script(_script("lease_renew"))
         self._lease_take = self._redis.register_script(_script("lease_take"))
         self._tick_claim = self._redis.register_script(_script("tick_claim"))
+        self._tick_sweep = self._redis.register_script(_script("tick_sweep"))
         self._reserve = self._redis.register_script(_script("reserve"))
 
     @contextmanager
@@ -363,7 +365,7 @@ class RedisRunStore:
         return replies.lease_take(self._run(self._lease_take, [self._lease(lease_id)], []))
 
     def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
-        keys = [tick_key(self._namespace, job, tick_ms), schedule_key(self._namespace, job)]
+        keys = [tick_key(self._namespace, job, tick_ms), schedule_key(self._namespace, job), self._swept(job)]
         return replies.tick_claim(self._run(self._tick_claim, keys, [tick_ms, retention_s * 1000]))
 
     def last_tick(self, job: str) -> int | None:
@@ -375,6 +377,18 @@ class RedisRunStore:
         with self._answering():
             value = self._redis.get(tick_key(self._namespace, job, tick_ms))
         return int(value) if value is not None else 0
+
+    def swept_through(self, job: str) -> int | None:
+        with self._answering():
+            value = self._redis.get(self._swept(job))
+        return int(value) if value is not None else None
+
+    def sweep_ticks(self, job: str, ticks: Sequence[int], *, cutoff_ms: int, through_ms: int) -> list[int]:
+        keys = [self._swept(job), *(tick_key(self._namespace, job, tick) for tick in ticks)]
+        return replies.tick_sweep(self._run(self._tick_sweep, keys, [cutoff_ms, through_ms, *ticks]))
+
+    def _swept(self, job: str) -> str:
+        return sweep_key(self._namespace, job)
 
     def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
         return replies.reserve(self._run(self._reserve, [f"{self._namespace}:{key}"], [count, interval_ms]))

@@ -139,6 +139,11 @@ def tick_claim(reply: Any) -> bool:
     return bool(reply)
 
 
+def tick_sweep(reply: Any) -> list[int]:
+    """``tick_sweep.lua``: the missed ticks (epoch ms), oldest first."""
+    return [int(tick) for tick in reply]
+
+
 def reserve(reply: Any) -> list[int]:
     """``reserve.lua``: ms until each reserved slot."""
     return [int(delay) for delay in reply]

@@ -9,10 +9,10 @@ RunFeeds       one subscription to many runs' changes           the asyncio API'
 RunPlans       a run's stored plan and its steps' results       the web console
 StepProgress   a running step's progress reports                ``progress.Job``
 StepReplays    a dead-lettered step reopened in its run         dead-letter replays
-OnceMarks      "this happened once" marks                       dead-letter replays, missed ticks
+OnceMarks      "this happened once" marks                       dead-letter replays
 KeyClaims      idempotency keys of standalone messages          the ``Idempotency`` middleware
 JobLeases      leases of long-running jobs                      the ``Leases`` middleware
-ScheduleTicks  claims of scheduled jobs' ticks                  the ``Schedules`` middleware
+ScheduleTicks  claims and sweeps of scheduled jobs' ticks       the ``Schedules`` middleware
 RateSlots      slots of producer-side rate limits               ``RateLimiter``
 StoreLifecycle a health check and the connection's end          the app
 ============== ================================================ =====================================
@@ -204,6 +204,13 @@ class ScheduleTicks(Protocol):
 
     def tick_claims(self, job: str, tick_ms: int) -> int:
         """How many times one tick was claimed (more than one: a second scheduler sent it too)."""
+
+    def swept_through(self, job: str) -> int | None:
+        """The tick up to which ``job``'s ticks were claimed or counted missed; None before its first claim."""
+
+    def sweep_ticks(self, job: str, ticks: Sequence[int], *, cutoff_ms: int, through_ms: int) -> list[int]:
+        """Of the cron's ``ticks`` after the sweep mark, those unclaimed up to ``cutoff_ms`` are missed:
+        return them (each once, whoever sweeps) and move the mark to ``through_ms``."""
 
 
 class RateSlots(Protocol):

@@ -86,6 +86,7 @@ def test_every_key_of_one_run_and_of_one_scheduled_job_is_in_one_redis_cluster_s
     assert len({key_slot(k.encode()) for k in (run, run + ":steps", run + ":bar:0.1", run + ":bar:0.1:meta")}) == 1
     job = {key_slot(naming.tick_key("prod", "nightly", t).encode()) for t in (0, 60_000)}
     assert job == {key_slot(naming.schedule_key("prod", "nightly").encode())}
+    assert job == {key_slot(naming.sweep_key("prod", "nightly").encode())}
 
 
 @pytest.mark.parametrize(
