@@ -9,7 +9,9 @@ Recording survives a store that stalls or fails for a while: it is tried again f
 ``COMPLETION_RETRY_S`` (within the step's lease), and if it still cannot be done the result travels
 with a copy of the message, put off in the delay queues: that copy records the result and advances
 the run without running the actor again (``pipeline_result``), as often as needed until the store
-answers. A dead letter of such a copy keeps the result too, so its replay records it. Must come before ``Backoff``
+answers. A dead letter of such a copy keeps the result too, so its replay records it. A final failure
+that cannot be recorded travels the same way (``pipeline_failure``): the copy records it, failing the
+run, and is then dead-lettered with it, so no run is left running for want of its record. Must come before ``Backoff``
 in the middleware list, so that its ``after_process_message`` sees whether the failure was final.
 """
 
@@ -29,11 +31,13 @@ from pipelines.broker.common import pipeline_broker
 from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.errors import (
     Cancelled,
+    CarriedFailure,
     DefinitionError,
     PipelinesError,
     PublishError,
     ResultTooLarge,
     ServiceUnavailable,
+    error_name,
 )
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
@@ -78,6 +82,10 @@ class PipelineSteps(Middleware):
         carried = wire_options.step_result(message.options)
         if carried is not None:
             self._record(broker, message, address, carried)
+            raise SkipMessage
+        failure = wire_options.step_failure(message.options)
+        if failure is not None:
+            self._record_failure(broker, message, address, *failure)
             raise SkipMessage
         try:
             claim = self.runtime.claim(message, address)
@@ -136,9 +144,14 @@ class PipelineSteps(Middleware):
                 # The retry Backoff scheduled claims the step as its next attempt: nothing is stranded.
                 logger.warning("Could not record a failed attempt of step %s of run %s.", address.node, address.run_id)
                 return
-            # A final failure not recorded: keep the message (dead-lettered) with the reason.
-            logger.exception("Could not advance run %s after step %s; dead-lettering.", address.run_id, address.node)
-            fail_message(message, "could not advance the run")
+            if exception is None:
+                # A result not recorded nor carried (its copy could not be put off): dead-lettered with it.
+                logger.exception(
+                    "Could not advance run %s after step %s; dead-lettering.", address.run_id, address.node
+                )
+                fail_message(message, "could not advance the run")
+                return
+            self._carry_failure(broker, message, address, outcome_of(message).failure_error or exception)
 
     def _complete(
         self,
@@ -183,6 +196,44 @@ class PipelineSteps(Middleware):
         message.options[opt.STEP_RESULT] = value
         why = f"the result of step {address.node} of run {address.run_id} could not be recorded yet ({error})"
         put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, why)
+
+    def _carry_failure(
+        self,
+        broker: dramatiq.broker.Broker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        error: BaseException,
+    ) -> None:
+        """A final failure the store could not record: a copy put off carries it, so that its next delivery
+        records it (the run fails) and is dead-lettered then, instead of a dead letter now and a run left
+        running. If the copy cannot be put off either, this delivery is dead-lettered with the failure."""
+        outcome = outcome_of(message)
+        reason = outcome.failure or "retries exhausted"
+        message.options[opt.STEP_FAILURE] = {"reason": reason, "error_type": error_name(error), "error": str(error)}
+        why = f"the failure of step {address.node} of run {address.run_id} could not be recorded yet"
+        put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, why)
+        if outcome.deferred:
+            message.failed = False  # the copy carries the failure: this delivery is let go
+
+    def _record_failure(
+        self,
+        broker: dramatiq.broker.Broker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        reason: str,
+        failure: CarriedFailure,
+    ) -> None:
+        """Record a final failure a message carries (its step failed already), then dead-letter it with
+        that failure; put it off again while the store does not answer."""
+        try:
+            self.runtime.fail(message, address, failure, final=True)
+        except (ServiceUnavailable, PublishError) as e:
+            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"its failure could not be recorded yet ({e})")
+            return
+        logger.info(
+            "Recorded the failure %s carried for step %s of run %s.", message.message_id, address.node, address.run_id
+        )
+        fail_message(message, reason, failure)
 
     def _record(
         self, broker: dramatiq.broker.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress, value: str

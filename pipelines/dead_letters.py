@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import dramatiq
 
 from pipelines import options as opt
+from pipelines.errors import error_name
 from pipelines.plan import StepAddress
 
 #: Prefix of our headers on a dead letter.
@@ -93,7 +94,7 @@ def reason_for(
         excerpt = "".join(traceback.format_exception(exception))
     return DeadLetterReason(
         reason=reason,
-        error_type=type(exception).__name__ if exception is not None else None,
+        error_type=error_name(exception) if exception is not None else None,
         error=str(exception) if exception is not None else None,
         traceback=excerpt[-MAX_TRACEBACK_CHARS:] if excerpt else None,
         attempts=int(message.options.get(opt.RETRIES, 0)) + 1,

@@ -34,6 +34,19 @@ class PipelinesError(Exception):
     """Root of every error raised on purpose by this package."""
 
 
+class CarriedFailure(PipelinesError):
+    """A step's failure as its message carried it (the exception itself is gone): its type's name and text."""
+
+    def __init__(self, type_name: str, text: str) -> None:
+        super().__init__(text)
+        self.type_name = type_name
+
+
+def error_name(error: BaseException) -> str:
+    """The name of an error's type, as it was raised (a carried failure keeps the original's)."""
+    return error.type_name if isinstance(error, CarriedFailure) else type(error).__name__
+
+
 class ConfigError(PipelinesError):
     """The configuration is invalid; the message names the key, the value and the expected form."""
 

@@ -19,6 +19,9 @@ ETA: Final = "eta"
 #: Message option: a step's result (JSON text) that the run store could not record when the step ran;
 #: the message carries it so that its next delivery records it without running the actor again.
 STEP_RESULT: Final = "pipeline_result"
+#: Message option: a step's final failure ({"reason", "error_type", "error"}) that the run store could not
+#: record; the message carries it so that its next delivery records it, then is dead-lettered with it.
+STEP_FAILURE: Final = "pipeline_failure"
 #: Message option: the name of the registered pipeline a step belongs to.
 PIPELINE: Final = "pipeline_name"
 

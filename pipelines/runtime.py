@@ -25,7 +25,14 @@ from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node
 from pipelines.context import current_correlation_id, new_correlation_id
-from pipelines.errors import DefinitionError, PipelinesError, ResultTooLarge, ServiceUnavailable, UnknownActor
+from pipelines.errors import (
+    DefinitionError,
+    PipelinesError,
+    ResultTooLarge,
+    ServiceUnavailable,
+    UnknownActor,
+    error_name,
+)
 from pipelines.naming import MAX_NAME_BYTES, run_id_for_key
 from pipelines.plan import Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
@@ -421,9 +428,7 @@ class Runtime:
         self, message: dramatiq.broker.MessageProxy, address: StepAddress, error: BaseException, *, final: bool
     ) -> None:
         """Record a failed attempt; a final one fails the run with ``error`` recorded."""
-        created_at_ms = self.store.fail_step(
-            address.run_id, address.node, f"{type(error).__name__}: {error}", final=final
-        )
+        created_at_ms = self.store.fail_step(address.run_id, address.node, f"{error_name(error)}: {error}", final=final)
         if created_at_ms is not None:
             pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
             for listener in self.listeners:

@@ -17,6 +17,7 @@ import orjson
 
 from pipelines import options as opt
 from pipelines.codec import MalformedMessage, check_fields
+from pipelines.errors import CarriedFailure
 from pipelines.plan import StepAddress
 
 #: Dramatiq's own options this package does not define a constant for, read by Dramatiq's middleware.
@@ -118,6 +119,18 @@ def step_result(options: Mapping[str, Any]) -> str | None:
     return value
 
 
+def step_failure(options: Mapping[str, Any]) -> tuple[str, CarriedFailure] | None:
+    """A step's final failure carried by its message because the run store could not record it:
+    (the dead-letter reason, the failure)."""
+    value = options.get(opt.STEP_FAILURE)
+    if value is None:
+        return None
+    fields = ("reason", "error_type", "error")
+    if not isinstance(value, Mapping) or any(not isinstance(value.get(name), str) for name in fields):
+        raise MalformedOption(opt.STEP_FAILURE, value, "a mapping of reason, error_type and error (strings)")
+    return value["reason"], CarriedFailure(value["error_type"], value["error"])
+
+
 def _scheduled_at(options: Mapping[str, Any]) -> None:
     value = _text(options, opt.SCHEDULED_AT)
     if value is not None:
@@ -182,6 +195,7 @@ def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> N
     idempotency_key(options)
     schema_version(options)
     step_result(options)
+    step_failure(options)
     _whole(options, opt.CATCH_UP_OF, 0)
     _whole(options, opt.PARTITION, 0)
     _scheduled_at(options)

@@ -142,3 +142,53 @@ def test_a_completion_that_meets_a_stalled_redis_is_recorded_later_without_runni
     print(f"\nfigures: CLIENT PAUSE {pause_ms} ms ALL during a completion: {figures}")
 
     assert figures == {"runs": RUNS, "succeeded": RUNS, "stuck": 0, "lost": 0, "duplicated": 0, "dead-lettered": 0}
+
+
+@pytest.fixture
+def failing_failures() -> Iterator[ErrorProxy]:
+    """A proxy to the test Redis whose first two records of a failed step (``fail.lua``) get READONLY."""
+    fail = script_sha("fail")
+    errors = [ERROR_REPLIES["READONLY"]] * 2
+    lock = threading.Lock()
+
+    def inject(command: list[bytes]) -> bytes | None:
+        if len(command) > 1 and command[0].upper() == b"EVALSHA" and command[1] == fail:
+            with lock:
+                return errors.pop(0) if errors else None
+        return None
+
+    parts = urlsplit(REDIS_URL)
+    proxy = ErrorProxy((parts.hostname or "127.0.0.1", parts.port or 6379), inject)
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_final_failure_the_store_cannot_record_yet_fails_its_run_later_with_one_dead_letter(
+    make_app: Any, start_worker: Any, failing_failures: ErrorProxy
+) -> None:
+    proxied = f"redis://127.0.0.1:{failing_failures.port}{urlsplit(REDIS_URL).path}"
+    app = make_app(store={"url": proxied})
+
+    @dramatiq.actor(broker=app.broker, max_retries=0)
+    def refund(order_id: int) -> int:
+        raise ValueError(f"order {order_id} was never charged")
+
+    @dramatiq.actor(broker=app.broker)
+    def notify(value: int) -> None:
+        raise AssertionError("a step after a failed one never runs")
+
+    start_worker(app)
+    run = app.start(chain(step(refund, 7), step(notify)))
+    status = run.wait(timeout_s=60)
+    letters: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not letters and time.monotonic() < deadline:  # published once the failure is recorded
+        letters = app.dead_letters.list()
+        time.sleep(0.05)
+
+    assert failing_failures.injected == ["READONLY", "READONLY"]
+    assert (status.state, status.failed_step, status.error) == ("failed", "0.0", "ValueError: order 7 was never charged")
+    assert [(letter.reason.reason, letter.reason.error_type, letter.reason.error) for letter in letters] == [
+        ("retries exhausted", "ValueError", "order 7 was never charged")
+    ]
