@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from pipelines.exposition import QueueDepths
+from pipelines.exposition import GroupSamples, QueueDepths
 
 
 class Heads(Collector):
@@ -58,3 +61,35 @@ def test_depths_and_the_oldest_message_age_bound(make_app: Any, tmp_path: Path) 
     assert age[queues["idle"]] == 0
     assert 600 <= age[queues["stalled"]] < 700
     assert 5 <= age[queues["draining"]] < 100  # a worker started a message published 5 s ago
+
+
+WRITER = """
+import sys
+from prometheus_client import Counter, Gauge
+Gauge("pipelines_worker_heartbeat_timestamp_seconds", "", multiprocess_mode="liveall").set(1.0)
+Counter("pipelines_messages_processed", "").inc(3)
+print("written", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_process_loses_its_heartbeat_and_keeps_its_counts(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == "written\n"
+        samples = GroupSamples(None, path=str(tmp_path))
+        alive = {m.name: [s.labels for s in m.samples] for m in samples.collect()}
+        writer.kill()  # no chance to clean up after itself
+        writer.wait(timeout=30)
+        dead = {m.name: [(s.labels, s.value) for s in m.samples] for m in samples.collect()}
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+
+    assert alive["pipelines_worker_heartbeat_timestamp_seconds"] == [{"pid": str(writer.pid)}]
+    assert dead.get("pipelines_worker_heartbeat_timestamp_seconds", []) == []
+    assert dead["pipelines_messages_processed"] == [({}, 3.0)]
