@@ -8,15 +8,15 @@ multiprocess root add nothing; a taken metrics port stops the worker at boot wit
 from __future__ import annotations
 
 import socket
-import threading
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import dramatiq
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.testing import embedded_app, running_worker
+from pipelines.testing import embedded_app
 from pipelines.top import scrape_counts
 from tests.test_observability_processes import TIMEOUT_S, Worker, environment, free_port, pipelines, wait_for_scrape
 
@@ -34,20 +34,33 @@ def metrics_env(namespace: str, port: int, root: Path) -> dict[str, str]:
     )
 
 
+EMBEDDED = """
+import sys, threading
+import dramatiq
+from pipelines.testing import embedded_app, running_worker
+
+namespace, root, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+done = threading.Semaphore(0)
+with embedded_app(namespace, metrics={"enabled": True, "multiprocess_dir": root}) as app:
+    @dramatiq.actor(broker=app.broker)
+    def ping() -> None:
+        done.release()
+
+    with running_worker(app):
+        for _ in range(count):
+            ping.send()
+        assert all(done.acquire(timeout=60) for _ in range(count))
+"""
+
+
 def process_pings_embedded(namespace: str, root: Path, count: int) -> None:
-    """What a user's own test run does: an embedded app with metrics on, processing messages."""
-    done = threading.Semaphore(0)
-    with embedded_app(namespace, metrics={"enabled": True, "multiprocess_dir": str(root)}) as app:
-
-        @dramatiq.actor(broker=app.broker)
-        def ping() -> None:
-            done.release()
-
-        with running_worker(app):
-            for _ in range(count):
-                ping.send()
-            for _ in range(count):
-                assert done.acquire(timeout=TIMEOUT_S)
+    """What a user's own test run does, in a fresh interpreter: an embedded app with metrics on."""
+    subprocess.run(
+        [sys.executable, "-c", EMBEDDED, namespace, str(root), str(count)],
+        env=environment(namespace),
+        check=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def heartbeat_pids(port: int) -> set[str]:
