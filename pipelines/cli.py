@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", help="address to listen on (default [ui] host, 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, help="port to listen on (default [ui] port, 8181)")
 
+    from pipelines.keda import add_keda_parser
+
+    add_keda_parser(commands)
     commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
@@ -346,6 +349,12 @@ def _dlq(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def _keda(app: App, args: argparse.Namespace) -> int:
+    from pipelines.keda import print_scaled_object
+
+    return print_scaled_object(app, args)
+
+
 def _top(app: App, args: argparse.Namespace) -> int:
     from pipelines.top import run_top
 
@@ -364,6 +373,7 @@ def _ui(app: App, args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "dlq": _dlq,
+    "keda": _keda,
     "top": _top,
     "run": _run,
     "status": _status,
