@@ -8,15 +8,14 @@ the manifest is generated again (``pipelines keda``), never forgotten in a hand-
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from pipelines.errors import ConfigError
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import argparse
+
     from pipelines.app import App
 
 
@@ -48,6 +47,8 @@ def watched_queues(
     """
     unknown = sorted(set(served) - set(actor_queues.values()))
     if unknown:
+        from pipelines.errors import ConfigError  # here: the CLI's --help stays light
+
         known = ", ".join(sorted(set(actor_queues.values())))
         raise ConfigError(f"No actor uses the queue(s) {', '.join(unknown)}; the app's queues are: {known}.")
     actors = [actor for actor, queue in actor_queues.items() if not served or queue in served]
@@ -90,21 +91,6 @@ def _scalar(value: str) -> str:
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 
 
-def add_keda_parser(commands: Any) -> None:
-    """``pipelines keda``'s arguments, on the CLI's subcommands."""
-    keda: argparse.ArgumentParser = commands.add_parser(
-        "keda",
-        help="print a KEDA ScaledObject watching the queues of a worker Deployment",
-        description="Print a KEDA ScaledObject with one RabbitMQ trigger per queue the actors on QUEUES consume.",
-    )
-    keda.add_argument("--deployment", required=True, help="the worker Deployment to scale")
-    keda.add_argument("--queues", nargs="+", default=[], metavar="QUEUE", help="its `dramatiq --queues` (default all)")
-    keda.add_argument("--value", type=int, default=500, help="messages waiting per replica (default 500)")
-    keda.add_argument("--min", type=int, default=1, dest="min_replicas", help="fewest replicas (default 1)")
-    keda.add_argument("--max", type=int, default=10, dest="max_replicas", help="most replicas (default 10)")
-    keda.add_argument("--auth", default="rabbit-pipelines-amqp", help="the TriggerAuthentication with the AMQP URL")
-
-
 def print_scaled_object(app: App, args: argparse.Namespace) -> int:
     """``pipelines keda``: the ScaledObject for the app's actors on ``--queues``, on stdout."""
     actor_queues = {name: actor.queue_name for name, actor in app.broker.actors.items()}
@@ -112,8 +98,8 @@ def print_scaled_object(app: App, args: argparse.Namespace) -> int:
     scaling = Scaling(
         deployment=args.deployment,
         value=args.value,
-        min_replicas=args.min_replicas,
-        max_replicas=args.max_replicas,
+        min_replicas=args.min,
+        max_replicas=args.max,
         authentication=args.auth,
     )
     print(scaled_object(scaling, queues), end="")
