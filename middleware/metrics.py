@@ -1,9 +1,11 @@
 """Prometheus metrics of workers, correct with ``dramatiq --processes N`` on one port.
 
-Every worker process writes its samples with prometheus-client's multiprocess mode into one directory
-(``[metrics] multiprocess_dir``); one extra process, started by the `dramatiq` CLI through this
-middleware's ``forks``, serves them all on ``[metrics] port`` and samples queue and dead-letter depths
-from RabbitMQ on an interval. Labels stay small and fixed: queue, actor, pipeline, outcome.
+Every worker process of one `dramatiq` command writes its samples with prometheus-client's
+multiprocess mode into the command's own directory (under ``[metrics] multiprocess_dir``, see
+``pipelines.metrics_dir``); one extra process, started by the `dramatiq` CLI through this middleware's
+``forks``, serves them all on ``[metrics] port`` and samples queue and dead-letter depths from RabbitMQ
+on an interval. Labels stay small and fixed: queue, actor, pipeline, outcome, and the namespace added
+when served. An app embedded elsewhere (a test run, a web process) counts in its own memory only.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
 from pipelines.config import MetricsConfig
-from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
+from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, dramatiq_master, group_dir, open_group, port_taken
 from pipelines.outcome import outcome_of
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 #: Run durations and chord waits, in seconds.
 RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+#: Exit status of a worker whose metrics port is taken (sysexits' EX_CONFIG).
+EXIT_CONFIG = 78
 
 
 class Metrics(Middleware):
@@ -87,12 +91,20 @@ class Metrics(Middleware):
             interval = schedule_interval_s(actor.options.get("periodic"))
             if interval is not None:
                 self._metric("schedule_interval").labels(actor.actor_name).set(interval)
-        from prometheus_client import start_http_server
+        from pipelines.metrics_http import serve_http
 
         try:
-            start_http_server(self.config.port, self.config.host, registry=self._setup_registry())
+            serve_http(
+                self.config.host,
+                self.config.port,
+                self._setup_registry(),
+                namespace=self.namespace,
+                health=lambda: None,
+            )
         except OSError as e:
-            logger.warning("Scheduler metrics not served on %s:%d: %s.", self.config.host, self.config.port, e)
+            logger.error(
+                "Scheduler metrics not served on %s:%d: %s.", self.config.host, self.config.port, e.strerror or e
+            )
 
     def _setup_registry(self) -> CollectorRegistry:
         self._setup()
@@ -100,13 +112,28 @@ class Metrics(Middleware):
 
     def after_process_boot(self, broker: dramatiq.Broker) -> None:
         self._booted = True
-        # A `dramatiq` worker process: samples go to the shared directory, served by the fork. The
+        # A `dramatiq` worker process: samples go to its command's directory, served by the fork. The
         # directory must be known before prometheus-client is first imported in this process.
-        if self.config.multiprocess:
-            directory = multiprocess_dir(self.config, self.namespace)
-            directory.mkdir(parents=True, exist_ok=True)
+        master = dramatiq_master() if self.config.multiprocess else None
+        if master is not None:
+            directory = group_dir(self.config, self.namespace, master)
+            if open_group(directory):
+                self._check_port()
             os.environ[MULTIPROC_ENV] = str(directory)
         self._setup()
+
+    def _check_port(self) -> None:
+        """Stop the worker at boot, with one line, when the metrics process could not listen."""
+        problem = port_taken(self.config.host, self.config.port)
+        if problem is not None:
+            logger.error(
+                "Metrics port %s:%d cannot be used (%s): stop what listens there or set [metrics] port "
+                "(PIPELINES_METRICS__PORT). The worker stops.",
+                self.config.host,
+                self.config.port,
+                problem,
+            )
+            raise SystemExit(EXIT_CONFIG)
 
     def _setup(self) -> dict[str, Any]:
         with self._ready:
@@ -310,7 +337,7 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
         "heartbeat": Gauge(
             "pipelines_worker_heartbeat_timestamp_seconds",
             "When each worker process was last alive.",
-            multiprocess_mode="all",
+            multiprocess_mode="liveall",
             registry=registry,
         ),
         "schedule_last_run": Gauge(

@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", help="address to listen on (default [ui] host, 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, help="port to listen on (default [ui] port, 8181)")
 
+    keda = commands.add_parser("keda", help="print a KEDA ScaledObject watching the queues of a worker Deployment")
+    keda.add_argument("--deployment", required=True, help="the worker Deployment to scale")
+    keda.add_argument("--queues", nargs="+", default=[], metavar="QUEUE", help="its `dramatiq --queues` (default all)")
+    for flag, default, text in (("--value", 500, "messages waiting per replica"), ("--min", 1, "fewest replicas")):
+        keda.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
+    keda.add_argument("--max", type=int, default=10, help="most replicas (default 10)")
+    keda.add_argument("--auth", default="rabbit-pipelines-amqp", help="the TriggerAuthentication with the AMQP URL")
     commands.add_parser("topology", help="show actors and their profiles, exchanges, queues, bindings, pipelines")
     commands.add_parser("queues", help="show the depth of every queue, dead-letter queues included")
     commands.add_parser("config", help="print the effective configuration, secrets masked")
@@ -366,6 +373,12 @@ def _dlq(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def _keda(app: App, args: argparse.Namespace) -> int:
+    from pipelines.keda import print_scaled_object
+
+    return print_scaled_object(app, args)
+
+
 def _top(app: App, args: argparse.Namespace) -> int:
     from pipelines.top import run_top
 
@@ -384,6 +397,7 @@ def _ui(app: App, args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "dlq": _dlq,
+    "keda": _keda,
     "top": _top,
     "run": _run,
     "status": _status,

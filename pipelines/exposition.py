@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -20,18 +21,51 @@ from typing import Any
 
 import pika
 import pika.exceptions
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
 from pipelines.config import load_settings
-from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, multiprocess_dir
+from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, dramatiq_master, group_dir
+from pipelines.metrics_http import serve_http
 
 logger = logging.getLogger(__name__)
 
 #: A worker process counts as alive while its heartbeat is younger than this many intervals.
 HEARTBEATS_BEFORE_DEAD = 3
+#: Exit status of a metrics process that could not listen (sysexits' EX_CONFIG).
+EXIT_CONFIG = 78
+
+
+class GroupSamples(MultiProcessCollector):
+    """The samples of the group's processes, without the gauges of processes that have exited.
+
+    Counters of an exited process stay (a total never goes back); its live gauges (heartbeat, in
+    flight) go, whether it exited cleanly (``mark_process_dead`` at shutdown) or was killed.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None, path: str) -> None:
+        super().__init__(registry, path=path)  # type: ignore[no-untyped-call]
+        self.path = path
+
+    def collect(self) -> Iterator[Metric]:
+        for pid in _dead_pids(Path(self.path)):
+            mark_process_dead(pid, self.path)  # type: ignore[no-untyped-call]
+        return super().collect()  # type: ignore[no-any-return,no-untyped-call]
+
+
+def _dead_pids(directory: Path) -> set[int]:
+    pids = set()
+    for file in directory.glob("gauge_live*_*.db"):
+        try:
+            pid = int(file.stem.rsplit("_", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pids.add(pid)
+        except (ValueError, PermissionError):
+            continue
+    return pids
 
 
 class QueueDepths(Collector):
@@ -121,7 +155,7 @@ class LiveWorkers(Collector):
         self.samples = samples
         self.interval_s = interval_s
 
-    def collect(self) -> Iterator[Metric]:
+    def count(self) -> int:
         horizon = time.time() - HEARTBEATS_BEFORE_DEAD * self.interval_s
         beats = [
             sample.value
@@ -129,21 +163,29 @@ class LiveWorkers(Collector):
             if metric.name == "pipelines_worker_heartbeat_timestamp_seconds"
             for sample in metric.samples
         ]
+        return sum(1 for beat in beats if beat >= horizon)
+
+    def problem(self) -> str | None:
+        """For ``/healthz``: healthy while a worker process has a recent heartbeat."""
+        return None if self.count() else "no worker process has sent a heartbeat recently"
+
+    def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily("pipelines_workers", "Worker processes with a recent heartbeat.")
-        gauge.add_metric([], sum(1 for beat in beats if beat >= horizon))
+        gauge.add_metric([], self.count())
         yield gauge
 
 
 def serve() -> int:
-    """Serve the metrics until the CLI stops this process (it never returns on its own)."""
+    """Serve the metrics until the CLI stops this process (returns only when it cannot listen)."""
     settings = load_settings()
-    directory = multiprocess_dir(settings.metrics, settings.namespace)
+    directory = group_dir(settings.metrics, settings.namespace, dramatiq_master() or os.getppid())
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)
 
     registry = CollectorRegistry()
-    samples = MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
-    registry.register(LiveWorkers(samples, settings.metrics.heartbeat_interval_s))
+    samples = GroupSamples(registry, path=str(directory))
+    workers = LiveWorkers(samples, settings.metrics.heartbeat_interval_s)
+    registry.register(workers)
     depths = QueueDepths(
         url=settings.broker.url,
         listing=directory / QUEUES_FILE,
@@ -151,8 +193,15 @@ def serve() -> int:
         samples=samples,
     )
     registry.register(depths)
+    host, port = settings.metrics.host, settings.metrics.port
+    try:
+        serve_http(host, port, registry, namespace=settings.namespace, health=workers.problem)
+    except OSError as e:
+        # Taken since the worker checked it at boot: stop the whole worker rather than run unobserved.
+        logger.error("Cannot serve metrics on %s:%d (%s); stopping the worker.", host, port, e.strerror or e)
+        os.kill(os.getppid(), signal.SIGTERM)
+        return EXIT_CONFIG
     threading.Thread(target=depths.run, name="pipelines-queue-depths", daemon=True).start()
-    start_http_server(settings.metrics.port, settings.metrics.host, registry=registry)
-    logger.info("Serving metrics on %s:%d.", settings.metrics.host, settings.metrics.port)
+    logger.info("Serving metrics on %s:%d (health on /healthz).", host, port)
     threading.Event().wait()
     return 0

@@ -15,6 +15,7 @@ from typing import TextIO
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.app import App
+from pipelines.metrics_dir import NAMESPACE_LABEL
 
 #: Recent runs shown.
 RECENT_RUNS = 10
@@ -26,7 +27,10 @@ Counts = dict[str, dict[str, float]]
 
 
 def scrape_counts(app: App) -> Counts | None:
-    """Per-actor processed and failed totals from the worker's metrics port (None when unavailable)."""
+    """Per-actor processed and failed totals from the worker's metrics port (None when unavailable).
+
+    Only this app's series count: a port shared or reused by another namespace's worker adds nothing.
+    """
     if not app.settings.metrics.enabled:
         return None
     host = app.settings.metrics.host.replace("0.0.0.0", "127.0.0.1")
@@ -40,6 +44,8 @@ def scrape_counts(app: App) -> Counts | None:
     counts: Counts = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.labels.get(NAMESPACE_LABEL) != app.settings.namespace:
+                continue
             if sample.name in ("pipelines_messages_processed_total", "pipelines_messages_failed_total"):
                 actor = sample.labels.get("actor", "?")
                 counts.setdefault(sample.name, {})[actor] = counts.get(sample.name, {}).get(actor, 0) + sample.value

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,13 +18,30 @@ import yaml
 from pydantic import BaseModel
 
 from pipelines.config import CONFIG_PATH_ENV, ENV_PREFIX, Settings, load_settings
+from pipelines.metrics_http import HEALTH_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TOML = ROOT / "config.toml"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "rabbit-pipelines.json"
-SERVICES = {"rabbitmq", "redis", "jaeger", "prometheus", "grafana", "worker", "worker-long", "scheduler"}
+SERVICES = {
+    "rabbitmq",
+    "redis",
+    "jaeger",
+    "prometheus",
+    "alertmanager",
+    "grafana",
+    "worker",
+    "worker-long",
+    "scheduler",
+}
+ALERTMANAGER_YML = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+README = ROOT / "README.md"
+#: RabbitMQ release lines past the end of their community support (rabbitmq.com/release-information).
+RABBITMQ_ENDED = {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "4.0", "4.1"}
+#: The RabbitMQ the test suite runs against (the README says so).
+RABBITMQ_TESTED = "3.10"
 APP_SERVICES = ["worker", "worker-long", "scheduler"]
 
 
@@ -358,3 +377,67 @@ def test_compose_waits_longer_than_the_workers_shutdown_timeout(
 
     assert grace.endswith("s")
     assert int(grace.removesuffix("s")) * 1000 > timeout_ms
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES | {"console"}))
+def test_every_service_has_a_health_check(services: dict[str, dict[str, Any]], service: str) -> None:
+    check = services[service].get("healthcheck", {})
+    assert check.get("test"), f"{service} has no health check"
+    assert check["test"][0] in ("CMD", "CMD-SHELL")
+
+
+@pytest.mark.parametrize("app_service", APP_SERVICES)
+def test_the_app_services_are_healthy_by_the_health_path_of_their_metrics_port(
+    services: dict[str, dict[str, Any]], config: Settings, app_service: str
+) -> None:
+    probe = " ".join(services[app_service]["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{config.metrics.port}{HEALTH_PATH}" in probe
+
+
+def test_every_image_is_pinned_to_a_release(services: dict[str, dict[str, Any]]) -> None:
+    pulled = {name: s["image"] for name, s in services.items() if "build" not in s}
+    unpinned = {name: image for name, image in pulled.items() if not re.search(r":v?\d+\.\d+\.\d+(-\w+)?$", image)}
+    assert pulled
+    assert unpinned == {}
+
+
+def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_are_tested(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    version = services["rabbitmq"]["image"].split(":")[1].split("-")[0]
+    readme = README.read_text()
+
+    assert ".".join(version.split(".")[:2]) not in RABBITMQ_ENDED
+    assert f"RabbitMQ {version}" in readme
+    assert f"RabbitMQ {RABBITMQ_TESTED}" in readme
+
+
+def test_redis_keeps_the_run_store_in_an_append_only_file_on_a_volume(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    redis = services["redis"]
+    command = redis["command"]
+    volumes = {str(v).split(":")[1]: str(v).split(":")[0] for v in redis["volumes"]}
+
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert volumes["/data"] in compose["volumes"]  # a named volume, not the container's own layer
+
+
+def test_prometheus_sends_its_alerts_to_the_alertmanager_service(services: dict[str, dict[str, Any]]) -> None:
+    prometheus = _load_yaml(ROOT / "deploy" / "prometheus" / "prometheus.yml")
+    targets = [t for a in prometheus["alerting"]["alertmanagers"] for s in a["static_configs"] for t in s["targets"]]
+    ports = {container for _, container in _published(services["alertmanager"])}
+
+    assert [urlsplit(f"//{t}").hostname for t in targets] == ["alertmanager"]
+    assert {urlsplit(f"//{t}").port for t in targets} <= ports
+    assert _host_path(services["alertmanager"], "/etc/alertmanager/alertmanager.yml") == ALERTMANAGER_YML.resolve()
+    assert services["prometheus"]["depends_on"]["alertmanager"]["condition"] == "service_healthy"
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    amtool = shutil.which("amtool")
+    assert amtool, "amtool is not installed: run `make tools` (as root it installs Debian's prometheus-alertmanager)."
+    result = subprocess.run(
+        [amtool, "check-config", str(ALERTMANAGER_YML)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

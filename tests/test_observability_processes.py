@@ -96,10 +96,10 @@ def environment(namespace: str, **extra: str) -> dict[str, str]:
 
 
 class Worker:
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *, processes: int = 2) -> None:
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [str(BIN / "dramatiq"), "actors", "--processes", "2", "--threads", "4"],
+                [str(BIN / "dramatiq"), "actors", "--processes", str(processes), "--threads", "4"],
                 env=env,
                 cwd=ROOT,
                 stdout=out,
@@ -109,7 +109,8 @@ class Worker:
         self.log = log
 
     def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
         self.process.wait(timeout=TIMEOUT_S)
 
 
@@ -158,12 +159,14 @@ def test_a_run_processed_by_a_dramatiq_worker_arrives_at_an_otlp_receiver_as_one
 
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Samples by name and labels, summed over processes (the namespace label becomes the key ``namespaces``)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {"namespaces": {}}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "pid"))
+            samples["namespaces"][(("namespace", sample.labels.get("pipelines_namespace", "")),)] = 1
+            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in ("pid", "pipelines_namespace")))
             samples.setdefault(sample.name, {})[labels] = samples.get(sample.name, {}).get(labels, 0) + sample.value
     return samples
 
@@ -220,6 +223,7 @@ def test_a_workers_metrics_count_what_happened_on_one_port_for_all_its_processes
         worker.stop()
 
     charge = (("actor", "charge_payment"), ("queue", "orders"))
+    assert set(metrics.pop("namespaces")) == {(("namespace", env["PIPELINES_NAMESPACE"]),)}  # on every series
     processed = metrics["pipelines_messages_processed_total"]
     assert processed[charge] == 4
     assert processed[(("actor", "send_order_confirmation"), ("queue", "emails"))] == 3

@@ -343,7 +343,7 @@ class ConsoleData:
         """Every actor queue (depth, dead letters, rate, oldest message's age) and the workers' heartbeats."""
         endpoints = self.metrics_endpoints()
         notes: list[str] = []
-        sample = scrape.read(endpoints) if endpoints else None
+        sample = scrape.read(endpoints, self.app.settings.namespace) if endpoints else None
         if sample is not None:
             if self._latest is None or sample.at - self._latest.at >= 1.0:
                 self._previous, self._latest = self._latest, sample

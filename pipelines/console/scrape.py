@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pipelines.metrics_dir import NAMESPACE_LABEL
+
 #: Seconds to wait for one metrics endpoint.
 SCRAPE_TIMEOUT_S = 2.0
 #: Samples the console reads, and nothing else.
@@ -36,8 +38,8 @@ class Sample:
     """Endpoints that did not answer, with the reason."""
 
 
-def read(endpoints: list[str]) -> Sample:
-    """Read every endpoint once (sums over the endpoints for counts)."""
+def read(endpoints: list[str], namespace: str | None = None) -> Sample:
+    """Read every endpoint once (sums over the endpoints for counts), only ``namespace``'s series if given."""
     sample = Sample(at=time.time())
     for url in endpoints:
         try:
@@ -48,6 +50,8 @@ def read(endpoints: list[str]) -> Sample:
             continue
         for family in text_string_to_metric_families(text):
             for s in family.samples:
+                if namespace is not None and s.labels.get(NAMESPACE_LABEL) != namespace:
+                    continue
                 if s.name in (PROCESSED, FAILED):
                     table = sample.processed if s.name == PROCESSED else sample.failed
                     actor = s.labels.get("actor", "?")

@@ -22,13 +22,13 @@ from typing import Any
 import dramatiq
 import pytest
 import uvicorn
-from prometheus_client import start_http_server
 
 import pipelines
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.console.web import build_console
+from pipelines.metrics_http import serve_http
 from pipelines.middleware import Metrics
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
@@ -145,7 +145,9 @@ def console(services: None) -> Iterator[Console]:
     worker.start()
     # What the `dramatiq` CLI's metrics process does for a worker: serve its samples on a port.
     metrics = next(m for m in app.broker.middleware if isinstance(m, Metrics))
-    metrics_server, _ = start_http_server(metrics_port, "127.0.0.1", registry=metrics.registry)
+    metrics_server = serve_http(
+        "127.0.0.1", metrics_port, metrics.registry, namespace=app.settings.namespace, health=lambda: None
+    )
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(build_console(app), host="127.0.0.1", port=port, log_level="warning", lifespan="off")

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from pipelines.config import ENV_PREFIX, Settings
+from pipelines.metrics_http import HEALTH_PATH
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "deploy" / "kubernetes"
@@ -80,9 +81,18 @@ def test_autoscalers_target_the_workers_and_watch_queues_that_exist(actor_queues
     assert set(watched) <= set(actor_queues["rabbitmq"])
 
 
+def workers() -> dict[str, dict[str, Any]]:
+    """The Deployments that run `dramatiq` workers (the scheduler is the other one)."""
+    return {
+        name: deployment
+        for name, deployment in named("Deployment").items()
+        if deployment["spec"]["template"]["spec"]["containers"][0]["command"][0] == "dramatiq"
+    }
+
+
 def test_the_workers_serve_every_queue_once_and_read_real_settings(actor_queues: dict[str, Any]) -> None:
     served: list[str] = []
-    for deployment in named("Deployment").values():
+    for deployment in workers().values():
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         command = container["command"]
         served += command[command.index("--queues") + 1 :]
@@ -106,3 +116,62 @@ def _is_setting(env_name: str) -> bool:
             return False
         model = field.annotation
     return key in model.model_fields
+
+
+def test_one_scheduler_runs_the_periodic_jobs_with_the_workers_settings() -> None:
+    [scheduler] = [d for d in named("Deployment").values() if d not in workers().values()]
+    spec = scheduler["spec"]
+    container = spec["template"]["spec"]["containers"][0]
+    worker = next(iter(workers().values()))["spec"]["template"]["spec"]["containers"][0]
+
+    assert container["command"] == ["pipelines", "scheduler", "actors"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["type"] == "Recreate"  # a rollout never runs two schedulers
+    assert container["image"] == worker["image"]
+    settings = [v for v in worker["env"] if v["name"].startswith(ENV_PREFIX)]
+    assert [v for v in container["env"] if v["name"].startswith(ENV_PREFIX)] == settings
+
+
+@pytest.mark.parametrize("name", sorted(named("Deployment")))
+def test_every_deployment_is_probed_on_the_health_path_of_its_metrics_port(name: str) -> None:
+    container = named("Deployment")[name]["spec"]["template"]["spec"]["containers"][0]
+    env = {v["name"]: v.get("value") for v in container["env"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+
+    assert env["PIPELINES_METRICS__ENABLED"] == "true"
+    assert env["PIPELINES_METRICS__HOST"] == "0.0.0.0"  # the kubelet probes from outside the container
+    assert ports["metrics"] == int(env["PIPELINES_METRICS__PORT"])
+    assert {"startupProbe", "livenessProbe"} <= set(container)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        if probe in container:
+            assert container[probe]["httpGet"] == {"path": HEALTH_PATH, "port": "metrics"}
+
+
+@pytest.mark.parametrize("name", sorted(workers()))
+def test_keda_watches_every_queue_a_worker_consumes_as_pipelines_keda_prints_it(name: str) -> None:
+    container = workers()[name]["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    served = command[command.index("--queues") + 1 : command.index("--queues") + 1 + _queue_count(command)]
+    scaled = named("ScaledObject")[name]
+    value = scaled["spec"]["triggers"][0]["metadata"]["value"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env |= {"PIPELINES_BROKER__URL": "memory://", "PIPELINES_STORE__URL": "memory://"}
+    env |= {v["name"]: v["value"] for v in container["env"] if v["name"] == "PIPELINES_NAMESPACE"}
+    limits = ["--value", value, "--max", str(scaled["spec"]["maxReplicaCount"])]
+    printed = subprocess.run(
+        [str(Path(sys.executable).parent / "pipelines"), "keda", "--deployment", name, "--queues", *served, *limits],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+    assert yaml.safe_load(printed) == scaled
+    jsonschema.validate(yaml.safe_load(printed), KEDA_SCHEMA)
+
+
+def _queue_count(command: list[str]) -> int:
+    """How many words after --queues are queue names (up to the next option)."""
+    rest = command[command.index("--queues") + 1 :]
+    return next((i for i, word in enumerate(rest) if word.startswith("-")), len(rest))

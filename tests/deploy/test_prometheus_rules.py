@@ -220,6 +220,22 @@ def test_every_dashboard_query_uses_only_contract_metrics(query: str, expr: str)
     assert names - SERIES == set(), query
 
 
+@pytest.mark.parametrize(("query", "expr"), [pytest.param(query, expr, id=query) for query, expr in _dashboard_exprs()])
+def test_every_dashboard_query_shows_the_chosen_namespaces_only(query: str, expr: str) -> None:
+    selectors = re.findall(
+        r"\b(pipelines_[a-z_]+)(\{[^}]*\})?", _STRING_RE.sub('""', expr.replace('"$namespace"', "NS"))
+    )
+    assert selectors, query
+    assert all(matchers == "{pipelines_namespace=~NS}" for _, matchers in selectors), query
+
+
+def test_the_dashboard_offers_the_namespaces_the_workers_serve() -> None:
+    [variable] = _dashboard()["templating"]["list"]
+    assert variable["name"] == "namespace"
+    assert variable["query"]["query"] == "label_values(pipelines_workers, pipelines_namespace)"
+    assert variable["includeAll"]
+
+
 def test_the_dashboard_charts_every_contract_metric() -> None:
     used = {name for _, expr in _dashboard_exprs() for name in metric_names(expr)}
     families = used | {name.rsplit("_", 1)[0] for name in used if name.endswith(("_bucket", "_sum", "_count"))}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -125,14 +129,39 @@ def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_ap
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    assert 'pipelines_schedule_last_tick_timestamp_seconds{actor="every_five_minutes"}' in text
-    assert 'pipelines_schedule_interval_seconds{actor="every_five_minutes"} 300.0' in text
+    namespace = app.settings.namespace
+    assert (
+        f'pipelines_schedule_last_tick_timestamp_seconds{{actor="every_five_minutes",pipelines_namespace="{namespace}"}}'
+        in text
+    )
+    assert (
+        f'pipelines_schedule_interval_seconds{{actor="every_five_minutes",pipelines_namespace="{namespace}"}} 300.0'
+        in text
+    )
 
 
-def test_metrics_use_a_directory_per_namespace_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.metrics_dir import multiprocess_dir
+def test_each_dramatiq_command_gets_its_own_directory_and_removes_those_of_exited_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from pipelines.metrics_dir import GROUP_MARKER, group_dir, metrics_root, open_group
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    assert multiprocess_dir(MetricsConfig(), "prod").name == "pipelines-metrics-prod"
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/run/metrics")
-    assert str(multiprocess_dir(MetricsConfig(), "prod")) == "/run/metrics"
+    assert metrics_root(MetricsConfig()).name == "pipelines-metrics"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    assert metrics_root(MetricsConfig()) == tmp_path
+    exited = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    gone = group_dir(MetricsConfig(), "prod", int(exited.stdout))
+    gone.mkdir()
+    (gone / GROUP_MARKER).touch()
+    (tmp_path / "unrelated").mkdir()
+    live = group_dir(MetricsConfig(), "prod", os.getpid())
+
+    assert live.parent == tmp_path
+    assert live.name.startswith(f"prod-{os.getpid()}-")
+    assert open_group(live)  # the group's first process
+    assert not open_group(live)  # its others
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted([live.name, "unrelated"])
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(live))  # as a worker process sets it
+    assert metrics_root(MetricsConfig()) == tmp_path

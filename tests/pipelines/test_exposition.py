@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +19,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from pipelines.exposition import QueueDepths
+from pipelines.exposition import GroupSamples, LiveWorkers, QueueDepths
+from pipelines.metrics_http import serve_http
 
 
 class Heads(Collector):
@@ -58,3 +65,59 @@ def test_depths_and_the_oldest_message_age_bound(make_app: Any, tmp_path: Path) 
     assert age[queues["idle"]] == 0
     assert 600 <= age[queues["stalled"]] < 700
     assert 5 <= age[queues["draining"]] < 100  # a worker started a message published 5 s ago
+
+
+WRITER = """
+import sys
+from prometheus_client import Counter, Gauge
+Gauge("pipelines_worker_heartbeat_timestamp_seconds", "", multiprocess_mode="liveall").set(1.0)
+Counter("pipelines_messages_processed", "").inc(3)
+print("written", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_process_loses_its_heartbeat_and_keeps_its_counts(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == "written\n"
+        samples = GroupSamples(None, path=str(tmp_path))
+        alive = {m.name: [s.labels for s in m.samples] for m in samples.collect()}
+        writer.kill()  # no chance to clean up after itself
+        writer.wait(timeout=30)
+        dead = {m.name: [(s.labels, s.value) for s in m.samples] for m in samples.collect()}
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+
+    assert alive["pipelines_worker_heartbeat_timestamp_seconds"] == [{"pid": str(writer.pid)}]
+    assert dead.get("pipelines_worker_heartbeat_timestamp_seconds", []) == []
+    assert dead["pipelines_messages_processed"] == [({}, 3.0)]
+
+
+def test_the_health_path_says_why_a_group_is_unhealthy_and_every_series_carries_the_namespace(
+    tmp_path: Path,
+) -> None:
+    registry = CollectorRegistry()
+    workers = LiveWorkers(GroupSamples(registry, path=str(tmp_path)), interval_s=1)
+    registry.register(workers)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = serve_http("127.0.0.1", port, registry, namespace="shop", health=workers.problem)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as unhealthy:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert unhealthy.value.code == 503
+    assert unhealthy.value.read().decode() == "no worker process has sent a heartbeat recently\n"
+    assert 'pipelines_workers{pipelines_namespace="shop"} 0.0' in text
