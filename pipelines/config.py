@@ -16,17 +16,14 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-import pika
-import redis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
+from pipelines.config_urls import check_amqp_url, check_redis_url, check_url
 from pipelines.errors import ConfigError
-from pipelines.masking import mask_secrets, mask_text
+from pipelines.masking import mask_secrets
 from pipelines.naming import is_valid_actor_name, is_valid_namespace
-from pipelines.redis_cluster import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
 
 #: Environment variable naming the config file; the default is ``./config.toml``.
 CONFIG_PATH_ENV = "PIPELINES_CONFIG"
@@ -39,45 +36,6 @@ _read_environment: ContextVar[bool] = ContextVar("read_environment", default=Tru
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _check_url(url: str, schemes: tuple[str, ...]) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in schemes:
-        raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}")
-    try:
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:
-        raise ValueError("expected a URL whose port is a number") from None
-    return url
-
-
-def _check_amqp_url(url: str) -> str:
-    """The URL as pika reads it: a bad query parameter is a config error, not a traceback at connect."""
-    if _check_url(url, ("amqp", "amqps", "memory")).startswith("memory://"):
-        return url
-    try:
-        pika.URLParameters(url)
-    except (ValueError, TypeError, SyntaxError) as e:
-        raise ValueError(f"expected a RabbitMQ URL that pika accepts ({mask_text(str(e))})") from None
-    return url
-
-
-def _check_redis_url(url: str) -> str:
-    """The URL as redis-py reads it, with the database a number (redis-py would quietly use 0)."""
-    if is_cluster_url(url):
-        parse_cluster_url(url)
-        return url
-    if _check_url(url, ("redis", "rediss", "memory", *CLUSTER_SCHEMES)).startswith("memory://"):
-        return url
-    database = urlsplit(url).path.strip("/")
-    if database and not database.isdigit():
-        raise ValueError("expected the database as a number after the host, like redis://host:6379/0")
-    try:
-        redis.ConnectionPool.from_url(url).make_connection()  # builds the connection, does not connect
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"expected a Redis URL that redis-py accepts ({mask_text(str(e))})") from None
-    return url
 
 
 class AppConfig(_Section):
@@ -120,7 +78,7 @@ class BrokerConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return _check_amqp_url(url)
+        return check_amqp_url(url)
 
     @field_validator("delay_tiers_s")
     @classmethod
@@ -146,7 +104,7 @@ class StoreConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return _check_redis_url(url)
+        return check_redis_url(url)
 
     @property
     def is_memory(self) -> bool:
@@ -238,7 +196,7 @@ class TelemetryConfig(_Section):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_url(cls, endpoint: str) -> str:
-        return _check_url(endpoint, ("http", "https"))
+        return check_url(endpoint, ("http", "https"))
 
 
 class MetricsConfig(_Section):
@@ -267,7 +225,7 @@ class UiConfig(_Section):
     @field_validator("jaeger_url")
     @classmethod
     def _jaeger_url(cls, url: str) -> str:
-        return _check_url(url, ("http", "https")) if url else url
+        return check_url(url, ("http", "https")) if url else url
 
 
 class Settings(BaseSettings):

@@ -1,0 +1,51 @@
+"""Checks of the broker's and the store's URLs, as their clients will read them: a bad URL is a config
+error naming what is expected, found when the settings load, not a traceback at the first connection."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pika
+import redis
+
+from pipelines.masking import mask_text
+from pipelines.redis_cluster import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
+
+
+def check_url(url: str, schemes: tuple[str, ...]) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in schemes:
+        raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}")
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        raise ValueError("expected a URL whose port is a number") from None
+    return url
+
+
+def check_amqp_url(url: str) -> str:
+    """The URL as pika reads it: a bad query parameter is a config error, not a traceback at connect."""
+    if check_url(url, ("amqp", "amqps", "memory")).startswith("memory://"):
+        return url
+    try:
+        pika.URLParameters(url)
+    except (ValueError, TypeError, SyntaxError) as e:
+        raise ValueError(f"expected a RabbitMQ URL that pika accepts ({mask_text(str(e))})") from None
+    return url
+
+
+def check_redis_url(url: str) -> str:
+    """The URL as redis-py reads it, with the database a number (redis-py would quietly use 0)."""
+    if is_cluster_url(url):
+        parse_cluster_url(url)
+        return url
+    if check_url(url, ("redis", "rediss", "memory", *CLUSTER_SCHEMES)).startswith("memory://"):
+        return url
+    database = urlsplit(url).path.strip("/")
+    if database and not database.isdigit():
+        raise ValueError("expected the database as a number after the host, like redis://host:6379/0")
+    try:
+        redis.ConnectionPool.from_url(url).make_connection()  # builds the connection, does not connect
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"expected a Redis URL that redis-py accepts ({mask_text(str(e))})") from None
+    return url
