@@ -9,6 +9,7 @@ The fresh virtualenv gets only the wheel; the libraries it depends on are taken 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,8 +58,24 @@ print(shop.app.run("sum_doubled", x=4, y=1).result(timeout_s=60))
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv holding only this project's wheel (its dependencies visible from this venv)."""
     base = tmp_path_factory.mktemp("fresh")
+    # Built from a copy of the repository's files (git's view: no build/ or egg-info of an earlier build).
+    source = base / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for name in tracked.split():
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_symlink():
+            target.symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, target)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base), str(source)],
         check=True,
         capture_output=True,
         timeout=TIMEOUT_S,
