@@ -41,6 +41,7 @@ from pipelines.middleware import (
     Payloads,
     PipelineSteps,
     Profiles,
+    RateLimits,
     Schedules,
     Timeout,
     Tracing,
@@ -48,7 +49,7 @@ from pipelines.middleware import (
 from pipelines.middleware.backoff import import_exceptions
 from pipelines.outbound import Outbound
 from pipelines.profiles import MissedPolicy
-from pipelines.rate_limits import Rate, RateLimiter, parse_rate
+from pipelines.rate_limits import Rate, RateLimiter, parse_rate, slot_grace_ms
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
 from pipelines.schedules import SCHEDULE_SKIP_DELAY_S, pipeline_starter
@@ -83,6 +84,8 @@ def build_middleware(
       a step that had done its work run again, or killed the worker thread holding its message).
     - ``Payloads`` opens sealed arguments and validates typed payloads before anything reads them
       (idempotency keys are computed from what the actor will get).
+    - ``RateLimits`` takes a rate-limit slot before ``Idempotency`` and ``PipelineSteps`` claim
+      anything: a message it puts off until its slot has claimed nothing that would hold it up later.
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
       released) or scheduled another attempt.
@@ -116,6 +119,7 @@ def build_middleware(
         Callbacks(),
         Pipelines(),
         Payloads(sealer=runtime.sealer),
+        RateLimits(limiter=RateLimiter(store), grace_ms=slot_grace_ms(settings.broker.delay_tiers_s[0])),
         Idempotency(
             store=store,
             lease_s=settings.store.step_lease_s,

@@ -95,6 +95,11 @@ def eta_ms(options: Mapping[str, Any]) -> float | None:
     return _number(options, opt.ETA, positive=False)
 
 
+def rate_slot_ms(options: Mapping[str, Any]) -> int | None:
+    """The rate-limit slot (epoch ms) reserved for the message, or None."""
+    return _whole(options, opt.RATE_SLOT, 0)
+
+
 def idempotency_key(options: Mapping[str, Any]) -> str | None:
     """The message's own idempotency key (a string: a number would be a different key once stringified)."""
     key = _text(options, opt.IDEMPOTENCY_KEY)
@@ -179,6 +184,7 @@ def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> N
     time_limit_ms(options)
     max_age_ms(options)
     eta_ms(options)
+    rate_slot_ms(options)
     idempotency_key(options)
     schema_version(options)
     step_result(options)

@@ -1,0 +1,54 @@
+"""Holds each actor's rate limit where its messages are consumed (see ``pipelines.rate_limits``).
+
+Before a rate-limited actor runs, its message takes a slot in the run store. When none is free, the
+message is put off through the delay queues until the slot the store reserved for it, and carries that
+slot, so it runs when it comes back instead of queueing again. It comes before the middleware that
+claim a step or a key: a message put off here has claimed nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+
+from pipelines import options as opt
+from pipelines import wire_options
+from pipelines.deferral import put_off, put_off_while_store_down
+from pipelines.errors import ServiceUnavailable
+from pipelines.rate_limits import Rate, RateLimiter, actor_key, parse_rate
+
+logger = logging.getLogger(__name__)
+
+
+class RateLimits(Middleware):
+    """Takes a rate-limit slot before the actor runs, or puts the message off until one is free."""
+
+    def __init__(self, *, limiter: RateLimiter, grace_ms: int) -> None:
+        self.limiter = limiter
+        self.grace_ms = grace_ms
+        self._rates: dict[str, Rate] = {}
+
+    def after_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        text = actor.options.get(opt.RATE_LIMIT)
+        if text:
+            self._rates[actor.actor_name] = parse_rate(text, owner=f"Actor {actor.actor_name!r}")
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        rate = self._rates.get(message.actor_name)
+        if rate is None:
+            return
+        held = wire_options.rate_slot_ms(message.options)
+        try:
+            take = self.limiter.take(actor_key(message.actor_name), rate, held_ms=held, grace_ms=self.grace_ms)
+        except ServiceUnavailable as e:
+            put_off_while_store_down(broker, message, e)
+            raise SkipMessage from None
+        if take.wait_ms <= 0:
+            return
+        message.options[opt.RATE_SLOT] = take.slot_ms
+        limit = broker.get_actor(message.actor_name).options[opt.RATE_LIMIT]
+        put_off(broker, message, take.wait_ms, f"{message.actor_name} is at its rate limit of {limit}")
+        raise SkipMessage

@@ -1,0 +1,57 @@
+"""Rate limits hold where messages are consumed: a backlog, a replay or a producer that does not pace."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import dramatiq
+import pytest
+
+rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+
+RATE = 20
+BACKLOG = 200
+
+
+def busiest_window(started: list[float], width_s: float = 1.0) -> int:
+    """The most timestamps in any window ``[t, t + width_s)`` that starts at one of them."""
+    ordered = sorted(started)
+    end = 0
+    most = 0
+    for begin, t in enumerate(ordered):
+        while end < len(ordered) and ordered[end] < t + width_s:
+            end += 1
+        most = max(most, end - begin)
+    return most
+
+
+@rabbitmq_only
+def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(make_app: Any, start_worker: Any) -> None:
+    app = make_app()
+    # Another producer in the same namespace that does not pace (an older deploy, a replay, a script):
+    # its messages are due at once, so only the worker can hold the limit.
+    producer = make_app(namespace=app.settings.namespace)
+    started: list[float] = []
+    ran = threading.Condition()
+
+    @dramatiq.actor(broker=app.broker, actor_name="call_partner_api", rate_limit=f"{RATE}/s")
+    def call_partner_api(n: int) -> None:
+        with ran:
+            started.append(time.time())
+            ran.notify_all()
+
+    unpaced = dramatiq.actor(broker=producer.broker, actor_name="call_partner_api")(lambda n: None)
+    producer.broker.enqueue_many([unpaced.message(n) for n in range(BACKLOG)])
+    assert producer.broker.queue_depth(producer.broker.topology.actor_queues["call_partner_api"]) == BACKLOG
+
+    start_worker(app, threads=8)
+    with ran:
+        assert ran.wait_for(lambda: len(started) >= BACKLOG, timeout=60), f"only {len(started)} of {BACKLOG} ran"
+
+    busiest = busiest_window(started)
+    duration = max(started) - min(started)
+    print(f"\nrate limit {RATE}/s, backlog of {BACKLOG}: most in any 1 s window {busiest}, all in {duration:.2f} s")
+    assert len(started) == BACKLOG  # none twice
+    assert busiest <= RATE + 1
