@@ -258,7 +258,9 @@ def silent_server() -> Iterator[int]:
     listener.close()
 
 
-def test_a_rabbitmq_that_never_answers_the_handshake_is_one_clear_line(services: None, silent_server: int) -> None:
+def test_a_rabbitmq_that_takes_tcp_but_never_answers_the_handshake_is_named_so_with_the_file_handle_hint(
+    services: None, silent_server: int
+) -> None:
     env = environment(
         fresh_namespace(),
         PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server}/%2F?stack_timeout=1",
@@ -268,10 +270,12 @@ def test_a_rabbitmq_that_never_answers_the_handshake_is_one_clear_line(services:
     result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
     RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
 
+    where = f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1"
     assert result.returncode == 1
-    assert f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1 does not answer" in (
-        result.stderr
-    )
+    assert f"{where} takes TCP connections but does not answer the AMQP handshake" in result.stderr
+    assert "out of file handles" in result.stderr
+    assert "rabbitmqctl eval 'file_handle_cache:info().'" in result.stderr
+    assert "Is it running?" not in result.stderr  # it is: saying so would send the user the wrong way
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
