@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import dramatiq
@@ -30,6 +31,10 @@ class AwaitedExporter(InMemorySpanExporter):
         super().__init__()
         self.exported = threading.Condition()
         self.batches = 0
+
+    def exported_since(self, batches: int) -> bool:
+        """Whether a batch was exported since ``batches`` were (call it holding ``exported``)."""
+        return self.batches != batches
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         result = super().export(spans)
@@ -64,7 +69,7 @@ class Traced:
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"no {what} within {TIMEOUT_S} s"
             with self.exporter.exported:
-                self.exporter.exported.wait_for(lambda seen=seen: self.exporter.batches != seen, remaining)
+                self.exporter.exported.wait_for(partial(self.exporter.exported_since, seen), remaining)
 
     def consumers(self, actor: str, count: int = 1) -> list[ReadableSpan]:
         """The consumer spans of ``actor``, once there are at least ``count``."""
