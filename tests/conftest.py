@@ -140,8 +140,15 @@ def make_app(backend: str) -> Iterator[MakeApp]:
         return app
 
     yield make
+    # Every app's namespace, even when one cleanup fails (the first failure is raised afterwards).
+    failures: list[Exception] = []
     for app in apps:
-        cleanup(app)
+        try:
+            cleanup(app)
+        except Exception as e:  # re-raised below, after the other namespaces are gone
+            failures.append(e)
+    if failures:
+        raise failures[0]
 
 
 StartWorker = Callable[..., dramatiq.Worker]
@@ -160,12 +167,23 @@ def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
         return worker
 
     yield start
+    # Every worker, even when stopping one fails (the first failure is raised afterwards).
+    failures: list[Exception] = []
     for worker in workers:
-        worker.stop()
+        try:
+            worker.stop()
+        except Exception as e:  # re-raised below, after the other workers stopped
+            failures.append(e)
+    if failures:
+        raise failures[0]
 
 
 class Observer(dramatiq.Middleware):
-    """Counts every message the worker finished handling, by actor, so tests await counts, not time."""
+    """Counts every message the worker finished handling, by actor, so tests await counts, not time.
+
+    It is the first middleware, so its ``after_*`` hooks run last: once a count is reached, every other
+    middleware has recorded what it decided about those messages (metrics, the run store, spans).
+    """
 
     def __init__(self) -> None:
         self.handled: dict[str, int] = {}
@@ -211,11 +229,11 @@ class Observer(dramatiq.Middleware):
 
 @pytest.fixture
 def observe() -> Callable[[App], Observer]:
-    """Attaches an :class:`Observer` to an app's broker (before its worker starts)."""
+    """Attaches an :class:`Observer` to an app's broker (before its worker starts), first in its middleware."""
 
     def attach(app: App) -> Observer:
         observer = Observer()
-        app.broker.add_middleware(observer)
+        app.broker.add_middleware(observer, before=type(app.broker.middleware[0]))
         return observer
 
     return attach

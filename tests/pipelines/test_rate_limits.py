@@ -9,6 +9,8 @@ from typing import Any
 import dramatiq
 import pytest
 
+from pipelines.rate_limits import parse_rate
+
 rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
 
 RATE = 20
@@ -55,3 +57,15 @@ def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(make
     print(f"\nrate limit {RATE}/s, backlog of {BACKLOG}: most in any 1 s window {busiest}, all in {duration:.2f} s")
     assert len(started) == BACKLOG  # none twice
     assert busiest <= RATE + 1
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [("20/s", (20, 1000)), ("10/m", (10, 60_000)), ("2.5/s", (2, 800)), ("0.5/s", (1, 2000)), ("5/h", (5, 3_600_000))],
+)
+def test_the_bound_counts_the_whole_messages_of_a_period_in_as_long_as_they_take_at_the_rate(
+    text: str, window: tuple[int, int]
+) -> None:
+    rate = parse_rate(text, owner="Actor 'a'")
+
+    assert (rate.window_count, rate.window_ms) == window
