@@ -59,6 +59,37 @@ def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(make
     assert busiest <= RATE + 1
 
 
+@rabbitmq_only
+def test_paced_messages_whose_slots_passed_while_no_worker_ran_are_paced_again(
+    make_app: Any, start_worker: Any
+) -> None:
+    app = make_app()
+    started: list[float] = []
+    ran = threading.Condition()
+
+    @dramatiq.actor(broker=app.broker, rate_limit=f"{RATE}/s")
+    def call_partner_api(n: int) -> None:
+        with ran:
+            started.append(time.time())
+            ran.notify_all()
+
+    sent = 2 * RATE
+    app.broker.enqueue_many([call_partner_api.message(n) for n in range(sent)])  # slots over 2 s
+    queue = app.broker.topology.actor_queues["call_partner_api"]
+    deadline = time.monotonic() + 30
+    while app.broker.queue_depth(queue) != sent:  # every slot passed: all back from the delay queues
+        assert time.monotonic() < deadline, "the delayed messages did not come back"
+        time.sleep(0.1)  # RabbitMQ's queue depth: nothing to subscribe to
+
+    start_worker(app, threads=8)
+    with ran:
+        assert ran.wait_for(lambda: len(started) >= sent, timeout=60), f"only {len(started)} of {sent} ran"
+
+    busiest = busiest_window(started)
+    print(f"\nrate limit {RATE}/s, {sent} paced messages due at once: most in any 1 s window {busiest}")
+    assert busiest <= RATE + 1
+
+
 @pytest.mark.parametrize(
     ("text", "window"),
     [("20/s", (20, 1000)), ("10/m", (10, 60_000)), ("2.5/s", (2, 800)), ("0.5/s", (1, 2000)), ("5/h", (5, 3_600_000))],
