@@ -392,13 +392,17 @@ class RedisRunStore:
     def _swept(self, job: str) -> str:
         return sweep_key(self._namespace, job)
 
+    def _rate_key(self, key: str) -> str:
+        # The limit's key is a hash tag: its next slot and its latest runs share one Redis Cluster slot.
+        return f"{self._namespace}:{{{key}}}"
+
     def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
-        return replies.reserve(self._run(self._reserve, [f"{self._namespace}:{key}"], [count, interval_ms]))
+        return replies.reserve(self._run(self._reserve, [self._rate_key(key)], [count, interval_ms]))
 
     def take_slot(
         self, key: str, *, interval_ms: int, window_count: int, window_ms: int, held_ms: int, grace_ms: int
     ) -> SlotTake:
-        keys = [f"{self._namespace}:{key}", f"{self._namespace}:{key}:runs"]
+        keys = [self._rate_key(key), f"{self._rate_key(key)}:runs"]
         args = [interval_ms, window_count, window_ms, held_ms, grace_ms]
         return replies.rate_take(self._run(self._rate_take, keys, args))
 
