@@ -28,6 +28,7 @@ from pipelines.store.roles import RateSlots
 
 _RATE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*")
 _PERIOD_S = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
+_UNITS = {1: "s", 60: "m", 3600: "h"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,11 @@ class Rate:
     def interval_ms(self) -> int:
         """The spacing of two messages, in milliseconds."""
         return max(1, round(self.period_s * 1000 / self.count))
+
+    @property
+    def text(self) -> str:
+        """The rate as :func:`parse_rate` reads it (``"20/s"``)."""
+        return f"{self.count:g}/{_UNITS[int(self.period_s)]}"
 
     @property
     def window_count(self) -> int:
@@ -74,6 +80,11 @@ def slot_grace_ms(shortest_tier_s: float) -> int:
 def actor_key(actor_name: str) -> str:
     """The key of an actor's rate limit (producers and workers share it)."""
     return f"actor:{actor_name}"
+
+
+def pipeline_key(name: str) -> str:
+    """The key of a registered pipeline's rate limit on the starts of its runs."""
+    return f"pipeline:{name}"
 
 
 class RateLimiter:
