@@ -18,6 +18,32 @@ RATE = 20
 BACKLOG = 200
 
 
+class Started:
+    """When each message reached the actor, awaited by count."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._ran = threading.Condition()
+
+    def record(self) -> None:
+        with self._ran:
+            self.times.append(time.time())
+            self._ran.notify_all()
+
+    def wait(self, count: int) -> None:
+        with self._ran:
+            assert self._ran.wait_for(lambda: len(self.times) >= count, 60), f"only {len(self.times)} of {count} ran"
+
+
+def await_depth(app: Any, actor_name: str, depth: int) -> None:
+    """Until the actor's queue holds ``depth`` messages (all back from the delay queues)."""
+    queue = app.broker.topology.actor_queues[actor_name]
+    deadline = time.monotonic() + 30
+    while app.broker.queue_depth(queue) != depth:
+        assert time.monotonic() < deadline, f"{queue} did not reach {depth} messages"
+        time.sleep(0.1)  # RabbitMQ's queue depth: nothing to subscribe to
+
+
 def busiest_window(started: list[float], width_s: float = 1.0) -> int:
     """The most timestamps in any window ``[t, t + width_s)`` that starts at one of them."""
     ordered = sorted(started)
@@ -36,27 +62,23 @@ def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(make
     # Another producer in the same namespace that does not pace (an older deploy, a replay, a script):
     # its messages are due at once, so only the worker can hold the limit.
     producer = make_app(namespace=app.settings.namespace)
-    started: list[float] = []
-    ran = threading.Condition()
+    started = Started()
 
     @dramatiq.actor(broker=app.broker, actor_name="call_partner_api", rate_limit=f"{RATE}/s")
     def call_partner_api(n: int) -> None:
-        with ran:
-            started.append(time.time())
-            ran.notify_all()
+        started.record()
 
     unpaced = dramatiq.actor(broker=producer.broker, actor_name="call_partner_api")(lambda n: None)
     producer.broker.enqueue_many([unpaced.message(n) for n in range(BACKLOG)])
     assert producer.broker.queue_depth(producer.broker.topology.actor_queues["call_partner_api"]) == BACKLOG
 
     start_worker(app, threads=8)
-    with ran:
-        assert ran.wait_for(lambda: len(started) >= BACKLOG, timeout=60), f"only {len(started)} of {BACKLOG} ran"
+    started.wait(BACKLOG)
 
-    busiest = busiest_window(started)
-    duration = max(started) - min(started)
+    busiest = busiest_window(started.times)
+    duration = max(started.times) - min(started.times)
     print(f"\nrate limit {RATE}/s, backlog of {BACKLOG}: most in any 1 s window {busiest}, all in {duration:.2f} s")
-    assert len(started) == BACKLOG  # none twice
+    assert len(started.times) == BACKLOG  # none twice
     assert busiest <= RATE + 1
 
 
@@ -65,28 +87,20 @@ def test_paced_messages_whose_slots_passed_while_no_worker_ran_are_paced_again(
     make_app: Any, start_worker: Any
 ) -> None:
     app = make_app()
-    started: list[float] = []
-    ran = threading.Condition()
+    started = Started()
 
     @dramatiq.actor(broker=app.broker, rate_limit=f"{RATE}/s")
     def call_partner_api(n: int) -> None:
-        with ran:
-            started.append(time.time())
-            ran.notify_all()
+        started.record()
 
     sent = 2 * RATE
     app.broker.enqueue_many([call_partner_api.message(n) for n in range(sent)])  # slots over 2 s
-    queue = app.broker.topology.actor_queues["call_partner_api"]
-    deadline = time.monotonic() + 30
-    while app.broker.queue_depth(queue) != sent:  # every slot passed: all back from the delay queues
-        assert time.monotonic() < deadline, "the delayed messages did not come back"
-        time.sleep(0.1)  # RabbitMQ's queue depth: nothing to subscribe to
+    await_depth(app, "call_partner_api", sent)  # every slot passed
 
     start_worker(app, threads=8)
-    with ran:
-        assert ran.wait_for(lambda: len(started) >= sent, timeout=60), f"only {len(started)} of {sent} ran"
+    started.wait(sent)
 
-    busiest = busiest_window(started)
+    busiest = busiest_window(started.times)
     print(f"\nrate limit {RATE}/s, {sent} paced messages due at once: most in any 1 s window {busiest}")
     assert busiest <= RATE + 1
 
@@ -96,27 +110,20 @@ def test_runs_of_a_rate_limited_pipeline_started_while_no_worker_ran_start_at_it
     make_app: Any, start_worker: Any
 ) -> None:
     app = make_app()
-    started: list[float] = []
-    ran = threading.Condition()
+    started = Started()
 
     @dramatiq.actor(broker=app.broker)
     def sync_account(n: int) -> None:
-        with ran:
-            started.append(time.time())
-            ran.notify_all()
+        started.record()
 
     app.register("sync", step(sync_account), rate_limit=f"{RATE}/s")
     runs = [app.run("sync", n) for n in range(2 * RATE)]  # starts paced over 2 s
-    queue = app.broker.topology.actor_queues["sync_account"]
-    deadline = time.monotonic() + 30
-    while app.broker.queue_depth(queue) != len(runs):  # every start's slot passed
-        assert time.monotonic() < deadline, "the delayed starts did not come back"
-        time.sleep(0.1)  # RabbitMQ's queue depth: nothing to subscribe to
+    await_depth(app, "sync_account", len(runs))  # every start's slot passed
 
     start_worker(app, threads=8)
     assert all(run.wait(timeout_s=60).state == "succeeded" for run in runs)
 
-    busiest = busiest_window(started)
+    busiest = busiest_window(started.times)
     print(f"\npipeline rate limit {RATE}/s, {len(runs)} starts due at once: most in any 1 s window {busiest}")
     assert busiest <= RATE + 1
 
