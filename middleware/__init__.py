@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pipelines.middleware.payloads import Payloads
     from pipelines.middleware.pipeline_steps import PipelineSteps
     from pipelines.middleware.profiles import Profiles
+    from pipelines.middleware.rate_limits import RateLimits
     from pipelines.middleware.schedules import Schedules
     from pipelines.middleware.time_limit import ActorTimeLimit
     from pipelines.middleware.timeout import Timeout, TimeoutTooLong
@@ -35,6 +36,7 @@ __all__ = [
     "Payloads",
     "PipelineSteps",
     "Profiles",
+    "RateLimits",
     "Schedules",
     "Timeout",
     "TimeoutTooLong",
@@ -53,6 +55,7 @@ _EXPORTS = {
     "Payloads": "pipelines.middleware.payloads",
     "PipelineSteps": "pipelines.middleware.pipeline_steps",
     "Profiles": "pipelines.middleware.profiles",
+    "RateLimits": "pipelines.middleware.rate_limits",
     "Schedules": "pipelines.middleware.schedules",
     "Timeout": "pipelines.middleware.timeout",
     "TimeoutTooLong": "pipelines.middleware.timeout",

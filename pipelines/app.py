@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dramatiq
+from dramatiq.common import current_millis
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import CronSpec, PeriodiqMiddleware
 
+from pipelines import options as opt
 from pipelines import telemetry
 from pipelines.aio import AsyncBridge
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
@@ -41,6 +43,7 @@ from pipelines.middleware import (
     Payloads,
     PipelineSteps,
     Profiles,
+    RateLimits,
     Schedules,
     Timeout,
     Tracing,
@@ -48,7 +51,7 @@ from pipelines.middleware import (
 from pipelines.middleware.backoff import import_exceptions
 from pipelines.outbound import Outbound
 from pipelines.profiles import MissedPolicy
-from pipelines.rate_limits import Rate, RateLimiter, parse_rate
+from pipelines.rate_limits import Rate, RateLimiter, parse_rate, pipeline_key, slot_grace_ms
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
 from pipelines.schedules import SCHEDULE_SKIP_DELAY_S, pipeline_starter
@@ -83,6 +86,8 @@ def build_middleware(
       a step that had done its work run again, or killed the worker thread holding its message).
     - ``Payloads`` opens sealed arguments and validates typed payloads before anything reads them
       (idempotency keys are computed from what the actor will get).
+    - ``RateLimits`` takes a rate-limit slot before ``Idempotency`` and ``PipelineSteps`` claim
+      anything: a message it puts off until its slot has claimed nothing that would hold it up later.
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
       released) or scheduled another attempt.
@@ -116,6 +121,7 @@ def build_middleware(
         Callbacks(),
         Pipelines(),
         Payloads(sealer=runtime.sealer),
+        RateLimits(limiter=RateLimiter(store), grace_ms=slot_grace_ms(settings.broker.delay_tiers_s[0])),
         Idempotency(
             store=store,
             lease_s=settings.store.step_lease_s,
@@ -179,9 +185,12 @@ class App:
 
         The run's result is typed as the pipeline's last step returns (``Run[R]``).
         """
-        delay_ms = None
+        delay_ms = first_options = None
         if name in self.rate_limits:
-            delay_ms = RateLimiter(self.store).delays_ms(f"pipeline:{name}", self.rate_limits[name], 1)[0] or None
+            # Paced here, and held by the worker (the run's first steps carry the limit and their slot).
+            rate = self.rate_limits[name]
+            delay_ms = RateLimiter(self.store).delays_ms(pipeline_key(name), rate, 1)[0] or None
+            first_options = {opt.PIPELINE_RATE_LIMIT: rate.text, opt.RATE_SLOT: current_millis() + (delay_ms or 0)}
         run_id, created = self.runtime.start(
             self.broker,
             as_node(node),
@@ -191,6 +200,7 @@ class App:
             idempotency_key=idempotency_key,
             deadline_s=deadline_s,
             delay_ms=delay_ms,
+            first_options=first_options,
         )
         return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
 

@@ -93,6 +93,10 @@ SECRET_FIELDS: Final = "secret_fields"
 SEALED: Final = "sealed"
 #: Actor option: at most this many messages per second/minute/hour reach the actor ("20/s").
 RATE_LIMIT: Final = "rate_limit"
+#: Message option: the rate-limit slot (epoch ms, the run store's clock) reserved for this message.
+RATE_SLOT: Final = "rate_slot"
+#: Message option: the rate limit ("10/s") of the registered pipeline whose run this first step starts.
+PIPELINE_RATE_LIMIT: Final = "pipeline_rate_limit"
 #: Actor option: the most messages the actor's queue holds; publishes beyond are refused.
 MAX_LENGTH: Final = "max_length"
 #: Message option (embedded broker): the message waited in a worker's delay queue and comes back due;

@@ -9,7 +9,8 @@ In order, for each message to an actor:
    against every typed subscriber known here;
 3. an ordered actor's message gets the partition of its key (``pipelines.profiles``);
 4. what the actor marks secret is sealed (``pipelines.sealing``);
-5. a rate-limited actor's message gets the delay of its reserved slot (``pipelines.rate_limits``).
+5. a rate-limited actor's message gets the delay of its reserved slot, and the slot itself, which the
+   worker honours (``pipelines.rate_limits``).
 
 Then the broker encodes it, and :meth:`Outbound.check_body` applies the size policy.
 """
@@ -21,13 +22,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import dramatiq
+from dramatiq.common import current_millis
 
 from pipelines import options as opt
 from pipelines.delivery import resolve
 from pipelines.errors import MessageTooLarge
 from pipelines.payloads import check_arguments, payload_model, to_wire
 from pipelines.profiles import ordering_key, partition_for
-from pipelines.rate_limits import RateLimiter, parse_rate
+from pipelines.rate_limits import RateLimiter, actor_key, parse_rate
 from pipelines.routing import route_of, topic_matches
 from pipelines.sealing import Sealer, encrypts, has_sealed
 
@@ -63,7 +65,8 @@ class Outbound:
             DefinitionError: An ordering key cannot be taken from the arguments.
         """
         prepared = [self._prepare_one(actors, m) for original in messages for m in _split(actors, original)]
-        return list(zip(prepared, self._delays(actors, prepared, delay), strict=True))
+        delays = self._delays(actors, prepared, delay)  # stamps each paced message with its slot
+        return list(zip(prepared, delays, strict=True))
 
     def _prepare_one(self, actors: Actors, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
         actor = actors.get(message.actor_name) if message.actor_name else None
@@ -93,13 +96,18 @@ class Outbound:
         by_actor: dict[str, list[int]] = {}
         for index, message in enumerate(messages):
             actor = actors.get(message.actor_name) if message.actor_name else None
-            if actor is not None and actor.options.get(opt.RATE_LIMIT):
+            # A message put off by a worker holds its slot already, and so may a retry (stale then: the
+            # worker takes it a new one).
+            if actor is not None and actor.options.get(opt.RATE_LIMIT) and opt.RATE_SLOT not in message.options:
                 by_actor.setdefault(actor.actor_name, []).append(index)
         for actor_name, indexes in by_actor.items():
             rate = parse_rate(actors[actor_name].options[opt.RATE_LIMIT], owner=f"Actor {actor_name!r}")
-            slots = self.limiter.delays_ms(f"actor:{actor_name}", rate, len(indexes))
+            slots = self.limiter.delays_ms(actor_key(actor_name), rate, len(indexes))
+            now = current_millis()
             for index, slot in zip(indexes, slots, strict=True):
                 delays[index] = max(delay or 0, slot) or None
+                # The worker runs a message that holds a due slot without taking another one.
+                messages[index] = messages[index].copy(options={opt.RATE_SLOT: now + slot})
         return delays
 
     def check_body(self, message: dramatiq.Message[Any], body: bytes) -> None:

@@ -182,6 +182,7 @@ class Runtime:
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
         delay_ms: int | None = None,
+        first_options: Mapping[str, Any] | None = None,
     ) -> tuple[str, bool]:
         """Record a run of ``node`` and publish its first steps (after ``delay_ms``, if given).
 
@@ -205,6 +206,7 @@ class Runtime:
             idempotency_key=idempotency_key,
             deadline_s=deadline_s,
             delay_ms=delay_ms,
+            first_options=first_options,
         )
         return started[0]
 
@@ -217,11 +219,13 @@ class Runtime:
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
         delay_ms: int | None = None,
+        first_options: Mapping[str, Any] | None = None,
     ) -> list[tuple[str, bool]]:
         """Start several runs with one store round trip and one confirmed publish (see :meth:`start`).
 
         Each ``runs`` item is (pipeline, args, kwargs). With tracing, each run gets a root span of its
-        own, a child of the caller's current span.
+        own, a child of the caller's current span. ``first_options`` are added to every first-step
+        message (a pipeline's rate limit and the slot reserved for the run).
         """
         pipeline = name or "adhoc"
         spans: list[trace.Span] = []
@@ -248,6 +252,8 @@ class Runtime:
             ]
             outcomes = self.store.create_runs([record for record, _ in prepared])
             messages = [m for (_, batch), (_, made) in zip(prepared, outcomes, strict=True) if made for m in batch]
+            if first_options:
+                messages = [m.copy(options=dict(first_options)) for m in messages]
             if messages:
                 self._publish_first_steps(broker, messages, outcomes, traced=bool(spans), delay_ms=delay_ms)
             return outcomes

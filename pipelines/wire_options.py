@@ -17,8 +17,9 @@ import orjson
 
 from pipelines import options as opt
 from pipelines.codec import MalformedMessage, check_fields
-from pipelines.errors import CarriedFailure
+from pipelines.errors import CarriedFailure, InvalidActorOption
 from pipelines.plan import StepAddress
+from pipelines.rate_limits import Rate, parse_rate
 
 #: Dramatiq's own options this package does not define a constant for, read by Dramatiq's middleware.
 MAX_AGE = "max_age"
@@ -94,6 +95,22 @@ def max_age_ms(options: Mapping[str, Any]) -> float | None:
 def eta_ms(options: Mapping[str, Any]) -> float | None:
     """When (epoch ms) a delayed message is due, or None."""
     return _number(options, opt.ETA, positive=False)
+
+
+def rate_slot_ms(options: Mapping[str, Any]) -> int | None:
+    """The rate-limit slot (epoch ms) reserved for the message, or None."""
+    return _whole(options, opt.RATE_SLOT, 0)
+
+
+def pipeline_rate_limit(options: Mapping[str, Any]) -> Rate | None:
+    """The rate limit of the registered pipeline whose run this message starts, or None."""
+    text = _text(options, opt.PIPELINE_RATE_LIMIT)
+    if text is None:
+        return None
+    try:
+        return parse_rate(text, owner="Message")
+    except InvalidActorOption:
+        raise MalformedOption(opt.PIPELINE_RATE_LIMIT, text, "a rate such as '20/s', '100/m' or '5/h'") from None
 
 
 def idempotency_key(options: Mapping[str, Any]) -> str | None:
@@ -192,6 +209,8 @@ def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> N
     time_limit_ms(options)
     max_age_ms(options)
     eta_ms(options)
+    rate_slot_ms(options)
+    pipeline_rate_limit(options)
     idempotency_key(options)
     schema_version(options)
     step_result(options)

@@ -2,18 +2,19 @@
 
 Integration tests run against the real RabbitMQ and Redis (URLs from ``PIPELINES_TEST_AMQP_URL`` and
 ``PIPELINES_TEST_REDIS_URL``, loopback by default), each test in a namespace of its own that is
-deleted afterwards. Behaviour tests take the ``backend`` parameter and run on both the embedded
+deleted afterwards (``tests/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
+first time a test needs the services; ``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl``
+when it is not the one on the PATH). Behaviour tests take the ``backend`` parameter and run on both the embedded
 (memory) and the real services.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import threading
-import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
+from tests.housekeeping import delete_stale_namespaces, fresh_namespace, listed, rabbitmqctl, stop_leftover_processes
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -44,13 +46,23 @@ def _answers(url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def services() -> None:
-    """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing."""
+    """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing; then
+    clear what interrupted earlier runs left: their processes and their namespaces."""
     missing = [name for name, url in (("RabbitMQ", AMQP_URL), ("Redis", REDIS_URL)) if not _answers(url)]
     if missing:
         pytest.fail(
             f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}). "
             "Run `make services` or `docker compose up -d rabbitmq redis`.",
             pytrace=False,
+        )
+    stop_leftover_processes()
+    try:
+        delete_stale_namespaces(AMQP_URL, REDIS_URL)
+    except (OSError, subprocess.CalledProcessError) as e:  # no rabbitmqctl here (a broker in a container)
+        warnings.warn(
+            f"Stale test namespaces were not deleted: cannot list the broker's queues ({e}). "
+            "Set PIPELINES_TEST_RABBITMQCTL to its rabbitmqctl command.",
+            stacklevel=1,
         )
 
 
@@ -59,7 +71,7 @@ TEST_DELAY_TIERS_S = [0.1, 0.5, 1.0, 5.0, 30.0]
 
 def settings_for(backend: str, **sections: Any) -> Settings:
     """Settings of a fresh namespace on ``backend`` ("memory" or "rabbitmq"), with section overrides."""
-    data: dict[str, Any] = {"namespace": f"t-{uuid.uuid4().hex[:10]}"}
+    data: dict[str, Any] = {"namespace": fresh_namespace()}
     if backend == "memory":
         data |= {"broker": {"url": "memory://"}, "store": {"url": "memory://"}}
     else:
@@ -81,21 +93,14 @@ def cleanup(app: App) -> None:
     app.close()
 
 
-def _list(kind: str) -> list[str]:
-    listed = subprocess.run(
-        ["rabbitmqctl", "-q", "--formatter", "json", kind, "name"], capture_output=True, text=True, check=True
-    )
-    return [entry["name"] for entry in json.loads(listed.stdout)]
-
-
 def _delete_namespace(namespace: str) -> None:
     """Delete every queue and exchange named ``<namespace>.*`` (whatever declared them) and its Redis keys."""
     with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
         channel = connection.channel()
-        for queue in _list("list_queues"):
+        for queue in listed("list_queues"):
             if queue.startswith(f"{namespace}."):
                 channel.queue_delete(queue)
-        for exchange in _list("list_exchanges"):
+        for exchange in listed("list_exchanges"):
             if exchange.startswith(f"{namespace}."):
                 channel.exchange_delete(exchange)
     RedisRunStore(url=REDIS_URL, namespace=namespace, retention_s=60).delete_namespace()
@@ -113,7 +118,7 @@ def namespaces(delete_namespace: Callable[[str], None]) -> Iterator[Callable[[],
     handed_out: list[str] = []
 
     def fresh() -> str:
-        handed_out.append(f"t-{uuid.uuid4().hex[:10]}")
+        handed_out.append(fresh_namespace())
         return handed_out[-1]
 
     yield fresh
@@ -143,8 +148,15 @@ def make_app(backend: str) -> Iterator[MakeApp]:
         return app
 
     yield make
+    # Every app's namespace, even when one cleanup fails (the first failure is raised afterwards).
+    failures: list[Exception] = []
     for app in apps:
-        cleanup(app)
+        try:
+            cleanup(app)
+        except Exception as e:  # re-raised below, after the other namespaces are gone
+            failures.append(e)
+    if failures:
+        raise failures[0]
 
 
 StartWorker = Callable[..., dramatiq.Worker]
@@ -163,12 +175,23 @@ def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
         return worker
 
     yield start
+    # Every worker, even when stopping one fails (the first failure is raised afterwards).
+    failures: list[Exception] = []
     for worker in workers:
-        worker.stop()
+        try:
+            worker.stop()
+        except Exception as e:  # re-raised below, after the other workers stopped
+            failures.append(e)
+    if failures:
+        raise failures[0]
 
 
 class Observer(dramatiq.Middleware):
-    """Counts every message the worker finished handling, by actor, so tests await counts, not time."""
+    """Counts every message the worker finished handling, by actor, so tests await counts, not time.
+
+    It is the first middleware, so its ``after_*`` hooks run last: once a count is reached, every other
+    middleware has recorded what it decided about those messages (metrics, the run store, spans).
+    """
 
     def __init__(self) -> None:
         self.handled: dict[str, int] = {}
@@ -214,11 +237,11 @@ class Observer(dramatiq.Middleware):
 
 @pytest.fixture
 def observe() -> Callable[[App], Observer]:
-    """Attaches an :class:`Observer` to an app's broker (before its worker starts)."""
+    """Attaches an :class:`Observer` to an app's broker (before its worker starts), first in its middleware."""
 
     def attach(app: App) -> Observer:
         observer = Observer()
-        app.broker.add_middleware(observer)
+        app.broker.add_middleware(observer, before=type(app.broker.middleware[0]))
         return observer
 
     return attach
@@ -231,7 +254,9 @@ SHORT_CONSUMER_TIMEOUT_MS = 2000
 def set_rabbit(name: str, value: int) -> None:
     """Change a setting of the running RabbitMQ server."""
     subprocess.run(
-        ["rabbitmqctl", "-q", "eval", f"application:set_env(rabbit, {name}, {value})."], check=True, capture_output=True
+        [*rabbitmqctl(), "-q", "eval", f"application:set_env(rabbit, {name}, {value})."],
+        check=True,
+        capture_output=True,
     )
 
 

@@ -6,13 +6,11 @@ import contextlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import pytest
 import redis
 
 from pipelines.store import RedisRunStore
+from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -63,9 +62,10 @@ def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def dramatiq_worker(env: dict[str, str], log: Path, *, threads: int) -> subprocess.Popen[bytes]:
-    """`dramatiq actors` (the stock CLI, no extra flags) in the background, writing to ``log``."""
+    """`dramatiq actors` (the stock CLI, no extra flags) in the background, writing to ``log``; stop it
+    with :func:`~tests.housekeeping.stop_process`."""
     with log.open("w") as out:
-        return subprocess.Popen(
+        return start_process(
             [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads)],
             env=env,
             cwd=ROOT,
@@ -77,14 +77,15 @@ def dramatiq_worker(env: dict[str, str], log: Path, *, threads: int) -> subproce
 @pytest.fixture(scope="module")
 def env(delete_namespace: Callable[[str], None], worker_log: Path) -> Iterator[dict[str, str]]:
     """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     variables = environment(namespace)
     worker = dramatiq_worker(variables, worker_log, threads=4)
-    yield variables
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(timeout=TIMEOUT_S)
-    delete_namespace(namespace)
-    assert worker.returncode == 0, worker_log.read_text()[-2000:]
+    try:
+        yield variables
+    finally:
+        status = stop_process(worker, timeout_s=TIMEOUT_S)
+        delete_namespace(namespace)
+    assert status == 0, worker_log.read_text()[-2000:]
 
 
 def test_a_pipeline_started_from_the_cli_runs_on_a_stock_dramatiq_worker(env: dict[str, str]) -> None:
@@ -222,7 +223,7 @@ def test_a_bad_option_value_is_a_usage_error_not_a_traceback(args: list[str]) ->
 
 def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) -> None:
     env = environment(
-        f"t-{uuid.uuid4().hex[:10]}",
+        fresh_namespace(),
         PIPELINES_BROKER__URL="amqp://guest:guest@127.0.0.1:1/%2F",
         PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
     )
@@ -257,9 +258,11 @@ def silent_server() -> Iterator[int]:
     listener.close()
 
 
-def test_a_rabbitmq_that_never_answers_the_handshake_is_one_clear_line(services: None, silent_server: int) -> None:
+def test_a_rabbitmq_that_takes_tcp_but_never_answers_the_handshake_is_named_so_with_the_file_handle_hint(
+    services: None, silent_server: int
+) -> None:
     env = environment(
-        f"t-{uuid.uuid4().hex[:10]}",
+        fresh_namespace(),
         PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server}/%2F?stack_timeout=1",
         PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
     )
@@ -267,10 +270,12 @@ def test_a_rabbitmq_that_never_answers_the_handshake_is_one_clear_line(services:
     result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
     RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
 
+    where = f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1"
     assert result.returncode == 1
-    assert f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1 does not answer" in (
-        result.stderr
-    )
+    assert f"{where} takes TCP connections but does not answer the AMQP handshake" in result.stderr
+    assert "out of file handles" in result.stderr
+    assert "rabbitmqctl eval 'file_handle_cache:info().'" in result.stderr
+    assert "Is it running?" not in result.stderr  # it is: saying so would send the user the wrong way
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
@@ -279,7 +284,7 @@ WRONG_PASSWORD_URL = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:Wrong-Pass-7@", AMQP_U
 
 
 def test_a_refused_login_says_what_to_check_and_never_shows_the_password(services: None) -> None:
-    env = environment(f"t-{uuid.uuid4().hex[:10]}", PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
+    env = environment(fresh_namespace(), PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
 
     result = pipelines(env, "publish", "order.placed", '{"order_id": 1}')
 
@@ -290,7 +295,7 @@ def test_a_refused_login_says_what_to_check_and_never_shows_the_password(service
 
 
 def test_a_worker_whose_login_is_refused_exits_at_boot_instead_of_retrying_forever(services: None) -> None:
-    env = environment(f"t-{uuid.uuid4().hex[:10]}", PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
+    env = environment(fresh_namespace(), PIPELINES_BROKER__URL=WRONG_PASSWORD_URL)
 
     worker = installed(env, "dramatiq", "actors", "--processes", "1", "--threads", "1")
 
@@ -301,7 +306,7 @@ def test_a_worker_whose_login_is_refused_exits_at_boot_instead_of_retrying_forev
 
 def test_a_worker_that_cannot_reach_rabbitmq_keeps_trying_one_line_per_attempt(services: None, tmp_path: Path) -> None:
     env = environment(
-        f"t-{uuid.uuid4().hex[:10]}",
+        fresh_namespace(),
         PIPELINES_BROKER__URL="amqp://guest:guest@127.0.0.1:1/%2F",
         PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
     )
@@ -313,8 +318,7 @@ def test_a_worker_that_cannot_reach_rabbitmq_keeps_trying_one_line_per_attempt(s
         while expected not in log.read_text() and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)  # another process's log file: nothing to subscribe to
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=TIMEOUT_S)
+        stop_process(worker, timeout_s=TIMEOUT_S)
 
     text = log.read_text()
     assert expected in text
@@ -392,7 +396,7 @@ def test_top_shows_queues_with_their_depths_and_the_recent_runs(env: dict[str, s
 def test_publishing_to_a_full_queue_reports_which_queue_and_how_full(
     delete_namespace: Callable[[str], None],
 ) -> None:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     env = environment(namespace, PIPELINES_BROKER__MAX_QUEUE_LENGTH="1")  # and no worker draining them
     try:
         outcomes = [pipelines(env, "publish", "order.placed", '{"order_id": 1, "total": 5}') for _ in range(4)]

@@ -11,7 +11,6 @@ import http.server
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.housekeeping import start_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -98,20 +99,17 @@ def environment(namespace: str, **extra: str) -> dict[str, str]:
 class Worker:
     def __init__(self, env: dict[str, str], log: Path, *, processes: int = 2) -> None:
         with log.open("w") as out:
-            self.process = subprocess.Popen(
+            self.process = start_process(
                 [str(BIN / "dramatiq"), "actors", "--processes", str(processes), "--threads", "4"],
                 env=env,
                 cwd=ROOT,
                 stdout=out,
                 stderr=out,
-                start_new_session=True,
             )
         self.log = log
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        self.process.wait(timeout=TIMEOUT_S)
+        stop_process(self.process, timeout_s=TIMEOUT_S)
 
 
 def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

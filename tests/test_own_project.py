@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AMQP_URL, REDIS_URL
+from tests.housekeeping import start_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120
@@ -142,13 +142,12 @@ def test_the_readme_project_runs_from_an_empty_directory(fresh_venv: Path, proje
     python, cli = str(fresh_venv / "bin" / "python"), str(fresh_venv / "bin" / "pipelines")
     log = project / "worker.log"
     with log.open("wb") as out:
-        worker = subprocess.Popen(
+        worker = start_process(
             [python, "-m", "dramatiq", "shop", "--processes", "1", "--threads", "2"],
             cwd=project,
             env=_env(),
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
     try:
         started = subprocess.run(
@@ -170,12 +169,7 @@ def test_the_readme_project_runs_from_an_empty_directory(fresh_venv: Path, proje
             timeout=TIMEOUT_S,
         )
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+        stop_process(worker)
 
     assert started.returncode == 0, started.stderr + log.read_text()
     assert "succeeded" in started.stdout

@@ -179,3 +179,13 @@ class RunFeed(Protocol):
 
     def close(self) -> None:
         """End the subscription."""
+
+
+@dataclass(frozen=True)
+class SlotTake:
+    """A rate limit's answer to a message about to run: run now (``wait_ms`` 0), or wait for ``slot_ms``."""
+
+    wait_ms: int
+    """0: the slot is taken and the message runs now; else how long it must wait, in ms."""
+    slot_ms: int
+    """The store's time of the slot (epoch ms): now, or the later slot reserved for the message."""

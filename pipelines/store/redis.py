@@ -47,6 +47,7 @@ from pipelines.store.base import (
     ReopenKind,
     RunState,
     RunStatus,
+    SlotTake,
 )
 from pipelines.store.feed import RedisRunFeed
 
@@ -121,6 +122,7 @@ class RedisRunStore:
         self._tick_claim = self._redis.register_script(_script("tick_claim"))
         self._tick_sweep = self._redis.register_script(_script("tick_sweep"))
         self._reserve = self._redis.register_script(_script("reserve"))
+        self._rate_take = self._redis.register_script(_script("rate_take"))
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -390,8 +392,19 @@ class RedisRunStore:
     def _swept(self, job: str) -> str:
         return sweep_key(self._namespace, job)
 
+    def _rate_key(self, key: str) -> str:
+        # The limit's key is a hash tag: its next slot and its latest runs share one Redis Cluster slot.
+        return f"{self._namespace}:{{{key}}}"
+
     def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
-        return replies.reserve(self._run(self._reserve, [f"{self._namespace}:{key}"], [count, interval_ms]))
+        return replies.reserve(self._run(self._reserve, [self._rate_key(key)], [count, interval_ms]))
+
+    def take_slot(
+        self, key: str, *, interval_ms: int, window_count: int, window_ms: int, held_ms: int, grace_ms: int
+    ) -> SlotTake:
+        keys = [self._rate_key(key), f"{self._rate_key(key)}:runs"]
+        args = [interval_ms, window_count, window_ms, held_ms, grace_ms]
+        return replies.rate_take(self._run(self._rate_take, keys, args))
 
     def ping(self) -> None:
         with self._answering():

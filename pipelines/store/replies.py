@@ -22,6 +22,7 @@ from pipelines.store.base import (
     ReopenKind,
     RunState,
     RunStatus,
+    SlotTake,
     StepStatus,
     shown_step_state,
 )
@@ -147,6 +148,11 @@ def tick_sweep(reply: Any) -> list[int]:
 def reserve(reply: Any) -> list[int]:
     """``reserve.lua``: ms until each reserved slot."""
     return [int(delay) for delay in reply]
+
+
+def rate_take(reply: Any) -> SlotTake:
+    """``rate_take.lua``: run now, or wait for the slot reserved."""
+    return SlotTake(wait_ms=int(reply[0]), slot_ms=int(reply[1]))
 
 
 def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatus | None:

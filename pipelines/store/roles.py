@@ -13,7 +13,7 @@ OnceMarks      "this happened once" marks                       dead-letter repl
 KeyClaims      idempotency keys of standalone messages          the ``Idempotency`` middleware
 JobLeases      leases of long-running jobs                      the ``Leases`` middleware
 ScheduleTicks  claims and sweeps of scheduled jobs' ticks       the ``Schedules`` middleware
-RateSlots      slots of producer-side rate limits               ``RateLimiter``
+RateSlots      slots of rate limits                             ``RateLimiter``
 StoreLifecycle a health check and the connection's end          the app
 ============== ================================================ =====================================
 
@@ -37,6 +37,7 @@ from pipelines.store.base import (
     RunFeed,
     RunState,
     RunStatus,
+    SlotTake,
 )
 
 
@@ -214,10 +215,21 @@ class ScheduleTicks(Protocol):
 
 
 class RateSlots(Protocol):
-    """Slots of producer-side rate limits."""
+    """Slots of rate limits: reserved by producers, taken by workers before the actor runs."""
 
     def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
         """Reserve the next ``count`` slots ``interval_ms`` apart; returns the ms until each (rate limits)."""
+
+    def take_slot(
+        self, key: str, *, interval_ms: int, window_count: int, window_ms: int, held_ms: int, grace_ms: int
+    ) -> SlotTake:
+        """Take a slot for a message about to run, atomically, or reserve it the next free one.
+
+        It runs now when fewer than ``window_count`` messages ran in the last ``window_ms`` and either
+        the slot it holds (``held_ms``, epoch ms; 0 for none) is due within ``grace_ms`` or no reserved
+        slot is ahead of it (then the next free slot moves ``interval_ms`` on). Otherwise it must wait:
+        for the window alone when its held slot is due, else for the next free slot, which it reserves.
+        """
 
 
 class StoreLifecycle(Protocol):

@@ -32,6 +32,7 @@ from pipelines.metrics_http import serve_http
 from pipelines.middleware import Metrics
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
+from tests.housekeeping import fresh_namespace
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -118,7 +119,7 @@ def console_settings(metrics_port: int) -> Settings:
     tiers, and the worker's metrics (heartbeats every 0.5 s) where the console reads them."""
     return Settings.from_values(
         {
-            "namespace": f"t-{uuid.uuid4().hex[:10]}",
+            "namespace": fresh_namespace(),
             "broker": {"url": AMQP_URL, "delay_tiers_s": [0.1, 1.0, 5.0]},
             "store": {"url": REDIS_URL},
             "retries": {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2},

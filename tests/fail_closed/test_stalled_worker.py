@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -26,6 +25,7 @@ from fail_closed_support import POSTGRES_URL, Effects
 from pipelines import chain, step
 from pipelines.app import build_app
 from pipelines.config import Settings
+from tests.housekeeping import fresh_namespace
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 ROOT = HELPERS.parents[2]
@@ -55,7 +55,7 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
     runs_table: Effects,
     tmp_path: Path,
 ) -> None:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
         "PIPELINES_NAMESPACE": namespace,
         "PIPELINES_BROKER__URL": AMQP_URL,

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 
 from pipelines.app import App, build_app
 from pipelines.config import Settings
+from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent
 ROOT = FAULTS.parents[1]
@@ -44,7 +44,8 @@ class Workers:
 
     def start(self, *, threads: int = 8, module: str = "fault_worker", extra: tuple[str, ...] = ()) -> None:
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
+            # Its own process group (so a kill takes the worker processes too), stopped even if the test fails.
+            self.process = start_process(
                 [
                     *(str(Path(sys.executable).parent / "dramatiq"), module, "--path", str(FAULTS)),
                     *("--processes", "1", "--threads", str(threads), *extra),
@@ -53,7 +54,6 @@ class Workers:
                 cwd=ROOT,
                 stdout=log,
                 stderr=log,
-                start_new_session=True,  # its own process group, so a kill takes the worker processes too
             )
 
     def kill(self) -> None:
@@ -77,14 +77,8 @@ class Workers:
         return self.process is not None and self.process.poll() is not None
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        if self.process is not None:
+            stop_process(self.process)
 
 
 class Fault:
@@ -109,7 +103,7 @@ class Fault:
 
 @pytest.fixture
 def fault(services: None, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     values: dict[str, Any] = {
         "namespace": namespace,
         "broker": {"url": AMQP_URL, "delivery_limit": DELIVERY_LIMIT},

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +19,7 @@ from pipelines.app import build_app
 from pipelines.config import Settings
 from pipelines.errors import BrokerUnavailable
 from pipelines.scheduler import Scheduler
+from tests.housekeeping import start_process, stop_process
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -47,7 +45,7 @@ def test_a_scheduler_whose_broker_disappears_and_returns_keeps_running(fault: An
     log_path = fault.log.with_name("scheduler.log")
     command = [str(Path(sys.executable).parent / "pipelines"), "scheduler", "sched_clock", "--path", str(FAULTS)]
     with log_path.open("ab") as log:
-        scheduler = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
+        scheduler = start_process(command, env=env, cwd=ROOT, stdout=log, stderr=log)
     try:
         fault.wait_until(lambda: fault.ledger.sequence("ticks", "minutely"), "the start-up tick", timeout_s=30)
         proxy.stop()  # RabbitMQ goes away before the next tick
@@ -61,9 +59,7 @@ def test_a_scheduler_whose_broker_disappears_and_returns_keeps_running(fault: An
         fault.wait_until(ran_twice, "the retried tick", timeout_s=30)
         alive = scheduler.poll() is None
     finally:
-        if scheduler.poll() is None:
-            os.killpg(scheduler.pid, signal.SIGTERM)
-        scheduler.wait(timeout=30)
+        stop_process(scheduler, timeout_s=30)
 
     text = log_path.read_text()
     failures = [line for line in text.splitlines() if "not sent (attempt" in line]

@@ -12,6 +12,7 @@ from typing import Any
 import dramatiq
 
 from pipelines import chain, chord, for_each, step
+from tests.housekeeping import rabbitmqctl
 
 DELIVERY_LIMIT = 2  # as the fault fixture configures
 
@@ -84,7 +85,7 @@ def test_connections_cut_from_the_broker_lose_nothing(fault: Any) -> None:
     for cut in range(1, cuts + 1):
         share = cut * items // (cuts + 2)
         fault.wait_until(lambda share=share: len(fault.ledger.count("work", "effects")) >= share, "progress")
-        subprocess.run(["rabbitmqctl", "-q", "close_all_connections", "fault test"], check=True, capture_output=True)
+        subprocess.run([*rabbitmqctl(), "-q", "close_all_connections", "fault test"], check=True, capture_output=True)
     fault.wait_until(lambda: len(fault.ledger.count("work", "effects")) == items, "every item applied")
     # The producer's own connection was cut too: it publishes again on a fresh one.
     after = [f"late{n}" for n in range(10)]

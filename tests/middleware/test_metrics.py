@@ -67,6 +67,10 @@ def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
     once.send(1)
     observer.wait_handled("once", 2)
     observer.wait_dead_lettered("broken", 1)
+    # A result is recorded before the last middleware count it: await the worker's hooks, not the result.
+    observer.wait_handled("square", 3)
+    observer.wait_handled("total", 1)
+    observer.wait_handled("broken", 2)
 
     assert value(registry, "pipelines_messages_processed_total", queue="default", actor="square") == 3
     assert value(registry, "pipelines_messages_failed_total", queue="default", actor="broken") == 2

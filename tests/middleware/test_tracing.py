@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import dramatiq
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -18,10 +23,31 @@ from pipelines.middleware import Tracing
 TIMEOUT_S = 30
 
 
-class Traced:
-    """An app whose spans land in memory, and helpers to read the tree."""
+class AwaitedExporter(InMemorySpanExporter):
+    """Keeps spans in memory and wakes whoever waits for one: spans end in worker threads, in any order
+    (a branch's consumer span can end before the publish span that is its parent)."""
 
-    def __init__(self, app: App, exporter: InMemorySpanExporter) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.exported = threading.Condition()
+        self.batches = 0
+
+    def exported_since(self, batches: int) -> bool:
+        """Whether a batch was exported since ``batches`` were (call it holding ``exported``)."""
+        return self.batches != batches
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = super().export(spans)
+        with self.exported:
+            self.batches += 1
+            self.exported.notify_all()
+        return result
+
+
+class Traced:
+    """An app whose spans land in memory, and helpers that await the spans they read (with a deadline)."""
+
+    def __init__(self, app: App, exporter: AwaitedExporter) -> None:
         self.app = app
         self.exporter = exporter
 
@@ -30,19 +56,40 @@ class Traced:
         self.app.tracer_provider.force_flush()
         return list(self.exporter.get_finished_spans())
 
-    def consumers(self, actor: str) -> list[ReadableSpan]:
-        return [
-            s
-            for s in self.spans()
-            if s.kind == SpanKind.CONSUMER and (s.attributes or {}).get("pipeline.actor") == actor
-        ]
+    def await_spans(self, done: Callable[[list[ReadableSpan]], bool], what: str) -> list[ReadableSpan]:
+        """The finished spans once ``done`` holds for them (AssertionError after TIMEOUT_S)."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            with self.exporter.exported:
+                seen = self.exporter.batches
+            # Read outside the lock: force_flush may export from the span processor's own thread.
+            spans = self.spans()
+            if done(spans):
+                return spans
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {what} within {TIMEOUT_S} s"
+            with self.exporter.exported:
+                self.exporter.exported.wait_for(partial(self.exporter.exported_since, seen), remaining)
+
+    def consumers(self, actor: str, count: int = 1) -> list[ReadableSpan]:
+        """The consumer spans of ``actor``, once there are at least ``count``."""
+
+        def of_actor(spans: list[ReadableSpan]) -> list[ReadableSpan]:
+            return [
+                s for s in spans if s.kind == SpanKind.CONSUMER and (s.attributes or {}).get("pipeline.actor") == actor
+            ]
+
+        return of_actor(self.await_spans(lambda spans: len(of_actor(spans)) >= count, f"{count} spans of {actor}"))
 
     def by_id(self) -> dict[int, ReadableSpan]:
         return {s.context.span_id: s for s in self.spans()}
 
     def parent(self, span: ReadableSpan) -> ReadableSpan:
+        """``span``'s parent, once it has ended and been exported."""
         assert span.parent is not None, f"{span.name} has no parent"
-        return self.by_id()[span.parent.span_id]
+        parent_id = span.parent.span_id
+        spans = self.await_spans(lambda spans: any(s.context.span_id == parent_id for s in spans), "parent span")
+        return next(s for s in spans if s.context.span_id == parent_id)
 
     def ancestors(self, span: ReadableSpan) -> list[int]:
         spans, chain = self.by_id(), []
@@ -54,7 +101,7 @@ class Traced:
 
 @pytest.fixture
 def traced(make_app: Any) -> Traced:
-    exporter = InMemorySpanExporter()
+    exporter = AwaitedExporter()
     return Traced(make_app(telemetry={"enabled": True}, span_exporter=exporter), exporter)
 
 
@@ -147,7 +194,7 @@ def test_a_chord_callback_links_to_every_member(traced: Traced, start_worker: An
     run = traced.app.start(chord(for_each(a["double"], range(4)), then=a["total"]))
     assert run.result(timeout_s=TIMEOUT_S) == 12
 
-    members = {s.context.span_id for s in traced.consumers("double")}
+    members = {s.context.span_id for s in traced.consumers("double", 4)}
     [callback] = traced.consumers("total")
     assert {link.context.span_id for link in callback.links} == members
     assert len({s.context.trace_id for s in traced.spans()}) == 1
@@ -160,7 +207,7 @@ def test_a_retry_stays_in_the_runs_trace_and_the_failure_is_recorded(traced: Tra
     run = traced.app.start(chain(a["flaky"], a["double"]), args=(3,))
     assert run.result(timeout_s=TIMEOUT_S) == 6
 
-    first, second = sorted(traced.consumers("flaky"), key=lambda s: s.start_time or 0)
+    first, second = sorted(traced.consumers("flaky", 2), key=lambda s: s.start_time or 0)
     assert first.status.status_code == StatusCode.ERROR
     assert [event.name for event in first.events] == ["exception"]
     # The retry is published while the failed attempt is processed (the embedded broker re-publishes it
@@ -192,7 +239,7 @@ def test_a_replayed_dead_letter_continues_its_runs_trace(traced: Traced, start_w
 
     assert run.result(timeout_s=TIMEOUT_S) == 1
     assert len({s.context.trace_id for s in traced.spans()}) == 1
-    assert len(traced.consumers("fragile")) == 2
+    assert len(traced.consumers("fragile", 2)) == 2
 
 
 def test_tracing_off_installs_nothing(make_app: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pika
 from dramatiq.errors import BrokerError
+from pika.adapters.utils.connection_workflow import AMQPConnectorStackTimeout
 
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS, REFUSED_LOGIN, ConfirmPublisher
 from pipelines.config import BrokerConfig
@@ -24,6 +25,8 @@ from pipelines.masking import mask_url
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=BrokerError)
 
+#: What pika raises when a server took the TCP connection but never answered the AMQP protocol header.
+HANDSHAKE_TIMEOUT = (AMQPConnectorStackTimeout,)
 #: How many connections in a row a thread opens for a declaration or an inspection before giving up.
 MAX_CONNECT_ATTEMPTS = 2
 
@@ -120,6 +123,14 @@ class Connections:
             return BrokerAccessRefused(
                 f"{where} refused the connection ({cause}). Check the user name, "
                 "password and virtual host in broker.url (or PIPELINES_BROKER__URL), and the user's permissions."
+            )
+        if isinstance(error, HANDSHAKE_TIMEOUT):
+            return BrokerUnavailable(
+                f"{where} takes TCP connections but does not answer the AMQP handshake ({cause}). It runs but "
+                "serves no connection: most often it is out of file handles (about three per quorum queue; 927 "
+                "with the common limit of 1,024 open files). `rabbitmqctl eval 'file_handle_cache:info().'` "
+                "shows total_used against total_limit: delete unused queues (`rabbitmqctl list_queues name`, "
+                "`rabbitmqctl delete_queue NAME`) or raise its open-file limit, then restart it."
             )
         return BrokerUnavailable(
             f"{where} does not answer ({cause}). "

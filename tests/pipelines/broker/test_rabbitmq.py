@@ -16,6 +16,7 @@ from pipelines import chain, step
 from pipelines.app import App, build_app
 from pipelines.config import Settings
 from pipelines.errors import BrokerUnavailable, MessageTooLarge, StoreUnavailable
+from tests import housekeeping
 
 pytestmark = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
 
@@ -23,7 +24,9 @@ TIMEOUT_S = 30
 
 
 def rabbitmqctl(*args: str) -> Any:
-    out = subprocess.run(["rabbitmqctl", "-q", "--formatter", "json", *args], check=True, capture_output=True)
+    out = subprocess.run(
+        [*housekeeping.rabbitmqctl(), "-q", "--formatter", "json", *args], check=True, capture_output=True
+    )
     return json.loads(out.stdout)
 
 

@@ -16,6 +16,7 @@ import pytest
 from pipelines.config import StoreConfig
 from pipelines.naming import run_id_for_key
 from pipelines.store import EMBEDDED_URL, NewRun, RedisRunStore, RunStore, make_store
+from tests.housekeeping import fresh_namespace
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 #: Backend name (the test id) → the store.url that selects it.
@@ -41,7 +42,7 @@ def store_backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store_namespace() -> str:
     """The namespace of the test's store (a keyed run's id derives from it)."""
-    return f"t-{uuid.uuid4().hex[:10]}"
+    return fresh_namespace()
 
 
 @pytest.fixture

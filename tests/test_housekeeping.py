@@ -1,0 +1,102 @@
+"""The suite leaves nothing behind: stale test namespaces go, other namespaces stay, leftover processes stop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+
+import pika
+import redis
+
+from tests.conftest import AMQP_URL, REDIS_URL
+from tests.housekeeping import (
+    REGISTRY,
+    RUN_STARTED_S,
+    delete_stale_namespaces,
+    fresh_namespace,
+    is_stale,
+    listed,
+    start_process,
+    stop_leftover_processes,
+    stop_process,
+)
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has ended (a run that was interrupted)."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def _declare(namespace: str) -> None:
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        connection.channel().queue_declare(f"{namespace}.default.resize", durable=True)
+    redis.Redis.from_url(REDIS_URL).set(f"{namespace}:run:1", "x")
+
+
+def _delete(namespace: str) -> None:
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        connection.channel().queue_delete(f"{namespace}.default.resize")
+    redis.Redis.from_url(REDIS_URL).delete(f"{namespace}:run:1")
+
+
+def _left(namespaces: list[str]) -> list[str]:
+    """The namespaces that still have a queue or a Redis key."""
+    queues = listed("list_queues")
+    client = redis.Redis.from_url(REDIS_URL)
+    return [
+        namespace
+        for namespace in namespaces
+        if any(q.startswith(f"{namespace}.") for q in queues) or client.exists(f"{namespace}:run:1")
+    ]
+
+
+def test_only_the_namespaces_of_earlier_runs_that_ended_are_deleted(services: None) -> None:
+    earlier = f"t-{RUN_STARTED_S - 600:08x}-{_gone_pid():x}-{uuid.uuid4().hex[:6]}"
+    current = fresh_namespace()
+    other = f"shop-{uuid.uuid4().hex[:6]}"  # not a test namespace: never touched
+    unstamped = f"t-{uuid.uuid4().hex[:10]}"  # no run stamp: its age cannot be told, so it stays
+    namespaces = [earlier, current, other, unstamped]
+    try:
+        for namespace in namespaces:
+            _declare(namespace)
+
+        deleted = delete_stale_namespaces(AMQP_URL, REDIS_URL)
+
+        assert earlier in deleted
+        assert _left(namespaces) == [current, other, unstamped]
+    finally:
+        for namespace in namespaces:
+            _delete(namespace)
+
+
+def test_a_namespace_of_this_run_or_of_a_run_still_going_is_not_stale() -> None:
+    assert not is_stale(fresh_namespace())
+    assert not is_stale(f"t-{RUN_STARTED_S + 5:08x}-{_gone_pid():x}-abcdef")  # a later run's
+    assert is_stale(f"t-{RUN_STARTED_S - 5:08x}-{_gone_pid():x}-abcdef")
+    assert not is_stale("production")
+
+
+def test_a_process_an_interrupted_run_left_behind_is_stopped_with_its_group() -> None:
+    leftover = start_process(["sh", "-c", "sleep 300 & wait"])
+    record = REGISTRY / str(leftover.pid)
+    record.write_text(json.dumps({"suite": _gone_pid(), "command": "sh"}))  # as if its run was killed
+    try:
+        stopped = stop_leftover_processes()
+
+        assert leftover.pid in stopped
+        assert leftover.wait(timeout=30) != 0
+        assert not record.exists()
+    finally:
+        stop_process(leftover)
+
+
+def test_a_process_that_ignores_sigterm_is_killed_with_its_group_when_the_test_ends() -> None:
+    stubborn = start_process(["sh", "-c", "trap '' TERM; sleep 300 & wait"])
+
+    status = stop_process(stubborn, timeout_s=0.5)
+
+    assert status != 0
+    assert not (REGISTRY / str(stubborn.pid)).exists()
