@@ -26,6 +26,8 @@ PIPELINE: Final = "pipeline_name"
 CORRELATION: Final = "correlation_id"
 #: Message option (Dramatiq's own): how many times the message was retried so far.
 RETRIES: Final = "retries"
+#: Message option (Dramatiq's own): when (epoch milliseconds) the message last failed and was counted.
+REQUEUE_TIMESTAMP: Final = "requeue_timestamp"
 #: Message option (Dramatiq's own): an excerpt of the last failure's traceback.
 TRACEBACK: Final = "traceback"
 #: Message option (Dramatiq's own): the time limit of this message, in milliseconds.
@@ -48,6 +50,9 @@ MIN_BACKOFF: Final = "min_backoff"
 MAX_BACKOFF: Final = "max_backoff"
 THROWS: Final = "throws"
 RETRY_WHEN: Final = "retry_when"
+#: Actor/message option (Dramatiq's own): the actor sent ``(message, {"retries", "max_retries"})``
+#: when a message's retries are exhausted.
+ON_RETRY_EXHAUSTED: Final = "on_retry_exhausted"
 
 #: Actor option: topic patterns (``order.*``, ``#``) whose events the actor receives.
 SUBSCRIBE: Final = "subscribe"
