@@ -285,12 +285,18 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         return self._declarer.consumers(queue)
 
     def get_queue_message_counts(self, queue_name: str) -> tuple[int, int, int]:
-        """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``."""
+        """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``.
+
+        The delay tiers are shared by the namespace's actors, so ``delayed`` counts every message
+        waiting in them (retries and delayed sends): ``join()`` waits for those too, as Dramatiq's
+        does for its delay queues.
+        """
         topology = self.topology
         actors = [a for a in topology.actor_queues if self.actors[a].queue_name == queue_name]
         ready = sum(self.queue_depth(q) or 0 for a in actors for q in topology.consume_queues[a])
+        delayed = sum(self.queue_depth(q.name) or 0 for q in topology.queues if q.role == "delay")
         dead = sum(self.queue_depth(dead_letter_queue(topology.actor_queues[a])) or 0 for a in actors)
-        return ready, 0, dead
+        return ready, delayed, dead
 
     def flush(self, queue_name: str) -> None:
         topology = self.topology
