@@ -54,6 +54,9 @@ RETRY_WHEN: Final = "retry_when"
 #: when a message's retries are exhausted.
 ON_RETRY_EXHAUSTED: Final = "on_retry_exhausted"
 
+#: Message option (Dramatiq's RabbitMQ broker): a per-message priority, refused here (see ``pipelines.priority``).
+BROKER_PRIORITY: Final = "broker_priority"
+
 #: Actor option: topic patterns (``order.*``, ``#``) whose events the actor receives.
 SUBSCRIBE: Final = "subscribe"
 #: Actor/message option (Dramatiq's own): do not append the previous step's result to the arguments.

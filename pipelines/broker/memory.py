@@ -46,7 +46,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         self.config = config
         self.namespace = namespace
         self.outbound = outbound
-        self.actor_options |= {opt.SUBSCRIBE}
+        self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         self.publish_count = 0
         self._topology = TopologyCache(namespace=namespace, config=config)
 

@@ -61,7 +61,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self.namespace = namespace
         self.outbound = outbound
         """Prepares every message before it is encoded (see ``pipelines.outbound``)."""
-        self.actor_options |= {opt.SUBSCRIBE}
+        self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         configure_parameters(self.parameters, config)
         self.thread_connections = Connections(parameters=self.parameters, config=config)
         """Each thread's publishing connection (Dramatiq's own ``connections`` stay unused)."""

@@ -1,0 +1,52 @@
+"""Every actor and message option of Dramatiq's documentation is taken as Dramatiq takes it, or refused
+with a sentence saying what to use instead: none is silently ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+import pytest
+
+from pipelines.errors import DefinitionError
+
+#: Dramatiq's documented actor options (its default middleware), each with a value it takes.
+DRAMATIQ_ACTOR_OPTIONS: dict[str, Any] = {
+    "max_age": 60_000,
+    "time_limit": 10_000,
+    "max_retries": 3,
+    "min_backoff": 0,
+    "max_backoff": 0,
+    "retry_when": lambda retries, exception: retries < 2,
+    "throws": (KeyError,),
+    "on_retry_exhausted": "some_actor",
+    "on_success": "some_actor",
+    "on_failure": "some_actor",
+    "pipe_ignore": True,
+    "notify_shutdown": True,
+    "priority": 10,
+}
+
+
+@pytest.mark.parametrize(("name", "value"), DRAMATIQ_ACTOR_OPTIONS.items(), ids=list(DRAMATIQ_ACTOR_OPTIONS))
+def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(make_app: Any, name: str, value: Any) -> None:
+    app = make_app()
+
+    actor = dramatiq.actor(actor_name="optioned", queue_name="custom", broker=app.broker, **{name: value})(lambda: None)
+
+    assert (actor.priority if name == "priority" else actor.options[name]) == value
+
+
+def test_broker_priority_is_refused_on_an_actor_with_what_to_use_instead(make_app: Any) -> None:
+    app = make_app()
+
+    with pytest.raises(DefinitionError, match=r"Actor 'urgent': broker_priority=5 is not supported.*HIGH_PRIORITY"):
+        dramatiq.actor(actor_name="urgent", broker=app.broker, broker_priority=5)(lambda: None)
+
+
+def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: Any) -> None:
+    app = make_app()
+    urgent = dramatiq.actor(actor_name="urgent", broker=app.broker)(lambda n: None)
+
+    with pytest.raises(DefinitionError, match=r"Message to 'urgent': broker_priority=9 is not supported"):
+        urgent.send_with_options(args=(1,), broker_priority=9)
