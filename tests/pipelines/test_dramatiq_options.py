@@ -50,3 +50,33 @@ def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: Any
 
     with pytest.raises(DefinitionError, match=r"Message to 'urgent': broker_priority=9 is not supported"):
         urgent.send_with_options(args=(1,), broker_priority=9)
+
+
+def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_in_dramatiq(
+    make_app: Any, start_worker: Any, observe: Any
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    seen: list[tuple[str, Any]] = []
+
+    class Double(dramatiq.GenericActor):  # type: ignore[misc]
+        class Meta:
+            actor_name = "double"
+            broker = app.broker
+
+        def perform(self, n: int) -> int:
+            seen.append(("double", n))
+            return n * 2
+
+    @dramatiq.actor(broker=app.broker)
+    def record(*args: Any) -> None:
+        seen.append(("record", args))
+
+    start_worker(app)
+    dramatiq.pipeline(
+        [Double.message(3), record.message(), record.message_with_options(args=("alone",), pipe_ignore=True)],
+        broker=app.broker,
+    ).run()
+    observer.wait_handled("record", 2)
+
+    assert seen == [("double", 3), ("record", (6,)), ("record", ("alone",))]
