@@ -59,7 +59,7 @@ def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_i
     observer = observe(app)
     seen: list[tuple[str, Any]] = []
 
-    class Double(dramatiq.GenericActor):  # type: ignore[misc]
+    class Double(dramatiq.GenericActor):
         class Meta:
             actor_name = "double"
             broker = app.broker
@@ -73,10 +73,8 @@ def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_i
         seen.append(("record", args))
 
     start_worker(app)
-    dramatiq.pipeline(
-        [Double.message(3), record.message(), record.message_with_options(args=("alone",), pipe_ignore=True)],
-        broker=app.broker,
-    ).run()
+    steps = [Double.message(3), record.message(), record.message_with_options(args=("alone",), pipe_ignore=True)]
+    dramatiq.pipeline(steps, broker=app.broker).run()  # type: ignore[no-untyped-call]
     observer.wait_handled("record", 2)
 
     assert seen == [("double", 3), ("record", (6,)), ("record", ("alone",))]
