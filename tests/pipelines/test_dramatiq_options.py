@@ -3,6 +3,7 @@ with a sentence saying what to use instead: none is silently ignored."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dramatiq
@@ -78,3 +79,20 @@ def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_i
     observer.wait_handled("record", 2)
 
     assert seen == [("double", 3), ("record", (6,)), ("record", ("alone",))]
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_a_worker_booting_after_set_encoder_says_the_encoder_is_not_used(
+    make_app: Any, start_worker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    dramatiq.actor(actor_name="plain", broker=app.broker)(lambda: None)
+    previous = dramatiq.get_encoder()
+    dramatiq.set_encoder(dramatiq.PickleEncoder())
+    try:
+        with caplog.at_level(logging.WARNING):
+            start_worker(app)
+    finally:
+        dramatiq.set_encoder(previous)
+
+    assert any("set_encoder(PickleEncoder) is not used" in r.getMessage() for r in caplog.records)

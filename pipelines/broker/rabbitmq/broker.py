@@ -29,7 +29,7 @@ from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.publishing import Publishing
 from pipelines.broker.rabbitmq.screening import DeadLetterMarks
 from pipelines.broker.rabbitmq.workers import RunningWorkers
-from pipelines.codec import encode_message
+from pipelines.codec import encode_message, warn_custom_encoder
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionError
@@ -114,6 +114,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot":
             self._check_access()
+            warn_custom_encoder()
             self._workers.add(args[0])
         elif signal == "worker_shutdown":
             self._workers.discard(args[0])
