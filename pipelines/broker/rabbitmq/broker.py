@@ -225,7 +225,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         with self._consumers_lock:
             self._consumers.add(consumer)
             consumer.add_queues(*self._actor_queues(queue_name))
-        consumer.subscribe_pending()
+        try:
+            consumer.subscribe_pending()
+        except BaseException:
+            consumer.close()  # Dramatiq never gets this consumer, so it would not close it
+            raise
         return consumer
 
     def _actor_queues(self, queue_name: str, *, only: str | None = None) -> tuple[dict[str, str], set[str]]:

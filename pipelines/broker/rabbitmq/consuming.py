@@ -110,7 +110,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             self._pending |= {q: (a, q in one_at_a_time) for q, a in queues.items()}
         try:
             self.connection.add_callback_threadsafe(lambda: None)  # wake a consumer waiting for deliveries
-        except Exception:
+        except CONNECTION_ERRORS:
             logger.debug("Consumer of %r is closed; its replacement consumes the new queues.", self.queue_name)
 
     def subscribe_pending(self) -> None:
