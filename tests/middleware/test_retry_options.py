@@ -131,3 +131,26 @@ def test_bad_retry_options_are_refused_at_declaration(make_app: Any, options: di
     app = make_app()
     with pytest.raises(InvalidActorOption, match=re.escape(error)):
         dramatiq.actor(actor_name="misconfigured", broker=app.broker, **options)(lambda: None)
+
+
+@pytest.mark.parametrize(
+    "profile", [{"profile": "ordered", "ordering_key": "user"}, {}], ids=["ordered-in-place", "guaranteed-delayed"]
+)
+def test_a_message_failing_every_time_runs_max_retries_plus_one_times_whatever_its_retry_path(
+    make_app: Any, start_worker: Any, observe: Any, profile: dict[str, Any]
+) -> None:
+    app = make_app(retries={"min_backoff_s": 0.01, "max_backoff_s": 0.02})
+    observer = observe(app)
+    users: list[str] = []
+
+    def stubborn_fn(user: str) -> None:
+        users.append(user)
+        raise ConnectionError("busy")
+
+    stubborn = dramatiq.actor(actor_name="stubborn", broker=app.broker, max_retries=3, **profile)(stubborn_fn)
+
+    start_worker(app)
+    stubborn.send("u1")
+    observer.wait_dead_lettered("stubborn", 1)
+
+    assert users == ["u1"] * 4
