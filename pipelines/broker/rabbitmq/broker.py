@@ -224,7 +224,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         # Registered and given its queues at once, so an actor declared meanwhile is in one or the other.
         with self._consumers_lock:
             self._consumers.add(consumer)
-            consumer.add_queues(*self._actor_queues(queue_name))
+            consumer.add_queues(*self._actor_queues(queue_name), wake=False)
         try:
             consumer.subscribe_pending()
         except BaseException:

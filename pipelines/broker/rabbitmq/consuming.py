@@ -103,11 +103,14 @@ class GroupConsumer(dramatiq.broker.Consumer):
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
         self.settlements = Settlements(connection=self.connection, channel=self.channel)
 
-    def add_queues(self, queues: dict[str, str], one_at_a_time: set[str]) -> None:
+    def add_queues(self, queues: dict[str, str], one_at_a_time: set[str], *, wake: bool = True) -> None:
         """Consume these actor queues too (queue → actor), from the next ``__next__`` on; any thread may
-        call this (an actor declared after the worker started): the consumer's own thread subscribes."""
+        call this (an actor declared after the worker started): the consumer's own thread subscribes,
+        woken from its wait for deliveries unless ``wake`` is false (it is the caller)."""
         with self._pending_lock:
             self._pending |= {q: (a, q in one_at_a_time) for q, a in queues.items()}
+        if not wake:
+            return
         try:
             self.connection.add_callback_threadsafe(lambda: None)  # wake a consumer waiting for deliveries
         except CONNECTION_ERRORS:
