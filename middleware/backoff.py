@@ -8,9 +8,13 @@ waits unacknowledged in a worker. Permanent errors are not retried: the types in
 place instead: the worker waits out the backoff and returns the message to the head of its partition,
 so the messages behind it keep their order; a fire-and-forget actor's message is dropped (acknowledged
 and counted) once its retries are spent, instead of being dead-lettered. A job that raised
-``Cancelled`` (its run was cancelled) just ends. Options keep Dramatiq's names and units (``max_retries``,
-``min_backoff``/``max_backoff`` in ms, ``throws``, ``retry_when``), so actors written for Dramatiq's
-``Retries`` behave the same. This replaces ``Retries``; use one or the other.
+``Cancelled`` (its run was cancelled) just ends. Options keep Dramatiq's names, units and counts
+(``max_retries``, ``min_backoff``/``max_backoff`` in ms, 0 meaning the shortest delay tier, ``throws``,
+``retry_when``, ``on_retry_exhausted``), so actors written for Dramatiq's ``Retries`` behave the same:
+every failure but a ``throws`` one adds one to the message's ``retries`` and stamps its
+``requeue_timestamp`` (a final failure's callbacks see ``retries == max_retries + 1``), and a message
+whose retries are exhausted is sent to the ``on_retry_exhausted`` actor as ``(message, {"retries",
+"max_retries"})``. This replaces ``Retries``; use one or the other.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import dramatiq
-from dramatiq.common import compute_backoff
+from dramatiq.common import compute_backoff, current_millis
+from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
@@ -68,13 +73,13 @@ class Backoff(Middleware):
 
     @property
     def actor_options(self) -> set[str]:
-        return {opt.MAX_RETRIES, opt.MIN_BACKOFF, opt.MAX_BACKOFF, opt.THROWS, opt.RETRY_WHEN}
+        return {opt.MAX_RETRIES, opt.MIN_BACKOFF, opt.MAX_BACKOFF, opt.THROWS, opt.RETRY_WHEN, opt.ON_RETRY_EXHAUSTED}
 
     def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         options = actor.options
         problems = [
             f"{name}={options[name]!r} must be a whole number >= {low}"
-            for name, low in ((opt.MAX_RETRIES, 0), (opt.MIN_BACKOFF, 1), (opt.MAX_BACKOFF, 1))
+            for name, low in ((opt.MAX_RETRIES, 0), (opt.MIN_BACKOFF, 0), (opt.MAX_BACKOFF, 0))
             if name in options and not (type(options[name]) is int and options[name] >= low)
         ]
         throws = options.get(opt.THROWS, ())
@@ -83,6 +88,9 @@ class Backoff(Middleware):
             problems.append(f"throws={throws!r} must be an exception class or a tuple of them")
         if opt.RETRY_WHEN in options and not callable(options[opt.RETRY_WHEN]):
             problems.append("retry_when must be a function (retries, exception) -> bool")
+        exhausted = options.get(opt.ON_RETRY_EXHAUSTED)
+        if exhausted is not None and not (isinstance(exhausted, str) and exhausted):
+            problems.append(f"on_retry_exhausted={exhausted!r} must be the name of an actor")
         if problems:
             raise InvalidActorOption(f"Actor {actor.actor_name!r}: {'; '.join(problems)}.")
 
@@ -92,7 +100,8 @@ class Backoff(Middleware):
         return message.options.get(name, actor.options.get(name, default))
 
     def delay_ms(self, retries: int, min_backoff_ms: int, max_backoff_ms: int) -> int:
-        """Full jitter: uniform between 0 and the exponential bound of the ``retries``-th retry."""
+        """Full jitter: uniform between 0 and the exponential bound of the ``retries``-th retry (at least
+        1 ms: a zero backoff waits in the shortest delay tier)."""
         _, bound = compute_backoff(retries, factor=min_backoff_ms, jitter=False, max_backoff=max_backoff_ms)
         return max(1, round(random.uniform(0, min(bound, max_backoff_ms))))
 
@@ -112,9 +121,16 @@ class Backoff(Middleware):
         retries = max(int(message.options.get(opt.RETRIES, 0)), outcome.delivery_count)
         if profile == "fire_and_forget":
             outcome.drop = True
-        verdict = self._verdict(actor, message, retries, exception)
-        if verdict is not None:
-            return self._give_up(message, verdict)
+        why, counted = self._verdict(actor, message, retries, exception)
+        if counted:
+            message.options[opt.RETRIES] = retries + 1
+            message.options[opt.REQUEUE_TIMESTAMP] = current_millis()
+            message.options[opt.TRACEBACK] = "".join(traceback.format_exception(exception))[-MAX_TRACEBACK_CHARS:]
+        if why is not None:
+            if counted:
+                outcome.attempts = retries + 1
+                self._send_exhausted(broker, actor, message, retries)
+            return self._give_up(message, why)
         if isinstance(exception, dramatiq.Retry) and exception.delay is not None:
             delay = int(exception.delay)
         else:
@@ -123,8 +139,6 @@ class Backoff(Middleware):
             delay = self.delay_ms(retries, min_ms, max_ms)
         if profile == "ordered":
             return self._retry_in_place(message, retries, delay, exception)
-        message.options[opt.RETRIES] = retries + 1
-        message.options[opt.TRACEBACK] = "".join(traceback.format_exception(exception))[-MAX_TRACEBACK_CHARS:]
         try:
             broker.enqueue(message._message, delay=delay)
         except PipelinesError:
@@ -143,17 +157,42 @@ class Backoff(Middleware):
         message: dramatiq.broker.MessageProxy,
         retries: int,
         exception: BaseException,
-    ) -> str | None:
-        """Why the message is not retried, or None when it is."""
+    ) -> tuple[str | None, bool]:
+        """Why the message is not retried (None when it is), and whether the failure counts as Dramatiq
+        counts it (all but a permanent or ``throws`` error), which also sends it to ``on_retry_exhausted``
+        when it is not retried."""
         throws = self._option(actor, message, opt.THROWS, ())
         retry_when = self._option(actor, message, opt.RETRY_WHEN, None)
         if isinstance(exception, self.permanent) or (throws and isinstance(exception, throws)):
-            return "permanent error"
-        if retry_when is not None and not retry_when(retries, exception):
-            return "permanent error"
-        if retry_when is None and retries >= self._option(actor, message, opt.MAX_RETRIES, self.max_retries):
-            return "retries exhausted"
-        return None
+            return "permanent error", False
+        if retry_when is not None:
+            return (None if retry_when(retries, exception) else "permanent error"), True
+        if retries >= self._option(actor, message, opt.MAX_RETRIES, self.max_retries):
+            return "retries exhausted", True
+        return None, True
+
+    def _send_exhausted(
+        self,
+        broker: dramatiq.Broker,
+        actor: dramatiq.Actor[Any, Any],
+        message: dramatiq.broker.MessageProxy,
+        retries: int,
+    ) -> None:
+        """Send the message to its ``on_retry_exhausted`` actor, as Dramatiq's ``Retries`` does; it is
+        dead-lettered either way, so a send that fails is logged and the letter can be replayed."""
+        target = self._option(actor, message, opt.ON_RETRY_EXHAUSTED, None)
+        if target is None:
+            return
+        max_retries = self._option(actor, message, opt.MAX_RETRIES, self.max_retries)
+        try:
+            broker.get_actor(target).send(message.asdict(), {"retries": retries, "max_retries": max_retries})
+        except (ActorNotFound, PipelinesError) as e:
+            logger.error(
+                "Could not send %s to its on_retry_exhausted actor %r (%s); it is dead-lettered all the same.",
+                message.message_id,
+                target,
+                e,
+            )
 
     def _retry_in_place(
         self, message: dramatiq.broker.MessageProxy, retries: int, delay_ms: int, exception: BaseException

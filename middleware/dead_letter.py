@@ -11,6 +11,7 @@ reason with the dead letter.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import dramatiq
 from dramatiq.errors import ActorNotFound
@@ -35,6 +36,8 @@ class DeadLetter(Middleware):
         if outcome.drop:
             return  # a fire-and-forget message past its retries is dropped, not dead-lettered
         reason = reason_for(message, reason=why, exception=exception)
+        if outcome.attempts is not None:
+            reason = replace(reason, attempts=outcome.attempts)  # ``retries`` counts this failure already
         outcome.dead_letter = reason
         # One line per dead letter, whatever Dramatiq logged for the failure (an expected exception,
         # one in ``throws``, is only an info line there). Rejections run on the consumer thread,

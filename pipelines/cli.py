@@ -328,13 +328,18 @@ def _topology(app: App, args: argparse.Namespace) -> int:
 
 
 def _queues(app: App, args: argparse.Namespace) -> int:
-    depth = getattr(app.broker, "queue_depth", None)
-    if depth is None:
+    from pipelines.broker import ExchangeBroker
+
+    broker = app.broker
+    if not isinstance(broker, ExchangeBroker):
         print("the embedded broker keeps no queues between processes")
         return 0
-    for queue in app.broker.topology.queues:
-        count = depth(queue.name)
-        print(f"  {queue.name:<48} {queue.role:<12} {'missing' if count is None else count:>8}")
+    for queue in broker.topology.queues:
+        count = broker.queue_depth(queue.name)
+        # An actor queue nobody reads: its messages wait (no worker, or workers for other --queues).
+        unread = queue.role == "actor" and count is not None and broker.queue_consumers(queue.name) == 0
+        note = "  no consumer" if unread else ""
+        print(f"  {queue.name:<48} {queue.role:<12} {'missing' if count is None else count:>8}{note}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The wire format: a Dramatiq message as strict JSON (never pickle), encoded with orjson.
 
 Our brokers call this codec directly instead of Dramatiq's process-wide encoder, so nothing in a
-user's process can switch this wire format to pickle by accident.
+user's process can switch this wire format to pickle by accident; a worker that boots after
+``dramatiq.set_encoder()`` chose another encoder says that it is not used (:func:`warn_custom_encoder`).
 
 JSON means JSON: arguments (and step results) are refused unless a JSON round trip gives them back
 unchanged, with two documented conversions applied the same way on both sides: a tuple arrives as a
@@ -13,6 +14,7 @@ null) is refused at send, naming where it is.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -22,6 +24,8 @@ from pydantic import BaseModel
 
 from pipelines.errors import DefinitionError
 from pipelines.options import BRANCHES, EVENT_TOPIC
+
+logger = logging.getLogger(__name__)
 
 _FIELDS = ("queue_name", "actor_name", "args", "kwargs", "options", "message_id", "message_timestamp")
 _FIELD_TYPES: dict[str, type] = {
@@ -33,6 +37,17 @@ _FIELD_TYPES: dict[str, type] = {
     "message_id": str,
     "message_timestamp": int,
 }
+
+
+def warn_custom_encoder() -> None:
+    """Log a warning when ``dramatiq.set_encoder()`` chose an encoder this wire format does not use."""
+    encoder = dramatiq.get_encoder()
+    if type(encoder) is not dramatiq.JSONEncoder:
+        logger.warning(
+            "dramatiq.set_encoder(%s) is not used: messages are always this project's JSON (pipelines.codec). "
+            "Pass JSON values, or typed payloads (payload=) for models.",
+            type(encoder).__name__,
+        )
 
 
 class MalformedMessage(ValueError):

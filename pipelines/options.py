@@ -29,6 +29,8 @@ PIPELINE: Final = "pipeline_name"
 CORRELATION: Final = "correlation_id"
 #: Message option (Dramatiq's own): how many times the message was retried so far.
 RETRIES: Final = "retries"
+#: Message option (Dramatiq's own): when (epoch milliseconds) the message last failed and was counted.
+REQUEUE_TIMESTAMP: Final = "requeue_timestamp"
 #: Message option (Dramatiq's own): an excerpt of the last failure's traceback.
 TRACEBACK: Final = "traceback"
 #: Message option (Dramatiq's own): the time limit of this message, in milliseconds.
@@ -51,6 +53,12 @@ MIN_BACKOFF: Final = "min_backoff"
 MAX_BACKOFF: Final = "max_backoff"
 THROWS: Final = "throws"
 RETRY_WHEN: Final = "retry_when"
+#: Actor/message option (Dramatiq's own): the actor sent ``(message, {"retries", "max_retries"})``
+#: when a message's retries are exhausted.
+ON_RETRY_EXHAUSTED: Final = "on_retry_exhausted"
+
+#: Message option (Dramatiq's RabbitMQ broker): a per-message priority, refused here (see ``pipelines.priority``).
+BROKER_PRIORITY: Final = "broker_priority"
 
 #: Actor option: topic patterns (``order.*``, ``#``) whose events the actor receives.
 SUBSCRIBE: Final = "subscribe"

@@ -28,6 +28,7 @@ from pipelines import options as opt
 from pipelines.delivery import resolve
 from pipelines.errors import MessageTooLarge
 from pipelines.payloads import check_arguments, payload_model, to_wire
+from pipelines.priority import refuse_broker_priority
 from pipelines.profiles import ordering_key, partition_for
 from pipelines.rate_limits import RateLimiter, actor_key, parse_rate
 from pipelines.routing import route_of, topic_matches
@@ -69,6 +70,7 @@ class Outbound:
         return list(zip(prepared, delays, strict=True))
 
     def _prepare_one(self, actors: Actors, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
+        refuse_broker_priority(message.options, f"Message to {message.actor_name!r}")
         actor = actors.get(message.actor_name) if message.actor_name else None
         if actor is None:
             topic = message.options.get(opt.EVENT_TOPIC)

@@ -43,6 +43,8 @@ class MessageOutcome:
     """Why it was failed on purpose ("retries exhausted", "permanent error", ...); None if not."""
     failure_error: BaseException | None = None
     """The error that failed it, when the worker did not see one (it was failed in a hook)."""
+    attempts: int | None = None
+    """How many times it ran, when its final failure was counted in its ``retries`` option already."""
     dead_letter: DeadLetterReason | None = None
     """The reason the broker publishes with the dead letter (set just before the rejection)."""
     drop: bool = False

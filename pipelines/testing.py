@@ -69,7 +69,7 @@ def boot(app: App) -> None:
 def running_worker(app: App, *, threads: int = 4) -> Iterator[dramatiq.Worker]:
     """A Dramatiq worker for every actor declared on ``app.broker``, stopped on exit.
 
-    Declare the actors first: a worker only consumes the queues that exist when it starts.
+    Actors declared after it started are consumed too (see ``pipelines.broker.rabbitmq.consuming``).
     """
     boot(app)
     worker = dramatiq.Worker(app.broker, worker_threads=threads, worker_timeout=100)

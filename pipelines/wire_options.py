@@ -77,11 +77,11 @@ def max_retries(options: Mapping[str, Any]) -> int | None:
 
 
 def min_backoff_ms(options: Mapping[str, Any]) -> int | None:
-    return _whole(options, opt.MIN_BACKOFF, 1)
+    return _whole(options, opt.MIN_BACKOFF, 0)
 
 
 def max_backoff_ms(options: Mapping[str, Any]) -> int | None:
-    return _whole(options, opt.MAX_BACKOFF, 1)
+    return _whole(options, opt.MAX_BACKOFF, 0)
 
 
 def time_limit_ms(options: Mapping[str, Any]) -> float | None:
@@ -224,6 +224,7 @@ def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> N
     _strings(options, opt.TRACE_LINKS, list)
     _callback(options, ON_SUCCESS, actors)
     _callback(options, ON_FAILURE, actors)
+    _callback(options, opt.ON_RETRY_EXHAUSTED, actors)
     _pipe_target(options)
     if type(options.get(opt.PIPE_IGNORE, False)) is not bool:
         raise MalformedOption(opt.PIPE_IGNORE, options[opt.PIPE_IGNORE], "true or false")

@@ -172,6 +172,18 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert re.search(rf"{namespace}\.orders\.charge_payment\.dead\s+dead-letter\s+0", queues.stdout)
 
 
+def test_queues_marks_actor_queues_that_no_worker_reads(namespaces: Callable[[], str]) -> None:
+    env = environment(namespaces())
+    started = pipelines(env, "run", "shard_report", "--arg", "day=2026-01-01", "--arg", "shards=2")
+
+    queues = pipelines(env, "queues")
+
+    assert started.returncode == 0, started.stderr
+    assert queues.returncode == 0, queues.stderr
+    assert re.search(rf"{env['PIPELINES_NAMESPACE']}\.orders\.charge_payment\s+actor\s+0\s+no consumer", queues.stdout)
+    assert not re.search(r"(dead-letter|delay).*no consumer", queues.stdout)
+
+
 def test_config_prints_the_effective_values_with_the_password_masked(services: None) -> None:
     env = environment("t-config", PIPELINES_BROKER__URL="amqp://admin:hunter2@rabbit.internal:5672/%2F")
 

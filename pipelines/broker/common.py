@@ -15,6 +15,7 @@ from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterPublisher
 from pipelines.errors import DefinitionError, MessageTooLarge
 from pipelines.guards import after_failed, fails_open, refuse
+from pipelines.priority import refuse_broker_priority
 from pipelines.profiles import profile_of
 from pipelines.routing import route_of
 from pipelines.topology import ActorRoute, Topology, build_topology
@@ -92,6 +93,7 @@ def validate_actor(actor: dramatiq.Actor[Any, Any], *, namespace: str) -> None:
             f"Actor {actor.actor_name!r} on queue {actor.queue_name!r} gives RabbitMQ queue names over "
             f"{naming.MAX_NAME_BYTES} bytes; shorten the actor, queue or namespace name."
         )
+    refuse_broker_priority(actor.options, f"Actor {actor.actor_name!r}")
     patterns = actor.options.get(opt.SUBSCRIBE, ())
     if isinstance(patterns, str) or not all(isinstance(p, str) and naming.is_valid_topic_pattern(p) for p in patterns):
         raise DefinitionError(

@@ -46,7 +46,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         self.config = config
         self.namespace = namespace
         self.outbound = outbound
-        self.actor_options |= {opt.SUBSCRIBE}
+        self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         self.publish_count = 0
         self._topology = TopologyCache(namespace=namespace, config=config)
 
@@ -193,9 +193,9 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         if outcome_of(message).requeue_in_place:
-            # Memory queues have no head to return to: the retry goes to the back (order is not kept).
-            copy = message._message.copy(options={opt.RETRIES: int(message.options.get(opt.RETRIES, 0)) + 1})
-            self.queue.put(encode_message(copy))
+            # Memory queues have no head to return to: the retry goes to the back (order is not kept),
+            # with the retry count ``Backoff`` already added to its options.
+            self.queue.put(encode_message(message._message))
         self.inner.ack(message)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:

@@ -144,7 +144,7 @@ def test_a_retry_that_cannot_be_enqueued_is_dead_lettered_not_lost(
     [
         ({"max_retries": -1}, "max_retries=-1 must be a whole number >= 0"),
         ({"max_retries": 2.5}, "max_retries=2.5 must be a whole number"),
-        ({"min_backoff": 0}, "min_backoff=0 must be a whole number >= 1"),
+        ({"min_backoff": -1}, "min_backoff=-1 must be a whole number >= 0"),
         ({"throws": "ValueError"}, "throws='ValueError' must be an exception class"),
         ({"retry_when": 3}, "retry_when must be a function"),
         ({"timeout_s": "soon"}, "timeout_s='soon' must be a positive number"),

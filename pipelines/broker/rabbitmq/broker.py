@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,7 +28,8 @@ from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.publishing import Publishing
 from pipelines.broker.rabbitmq.screening import DeadLetterMarks
-from pipelines.codec import encode_message
+from pipelines.broker.rabbitmq.workers import RunningWorkers
+from pipelines.codec import encode_message, warn_custom_encoder
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionError
@@ -58,11 +61,15 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self.namespace = namespace
         self.outbound = outbound
         """Prepares every message before it is encoded (see ``pipelines.outbound``)."""
-        self.actor_options |= {opt.SUBSCRIBE}
+        self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         configure_parameters(self.parameters, config)
         self.thread_connections = Connections(parameters=self.parameters, config=config)
         """Each thread's publishing connection (Dramatiq's own ``connections`` stay unused)."""
         self._topology = TopologyCache(namespace=namespace, config=config)
+        self._consumers: weakref.WeakSet[GroupConsumer] = weakref.WeakSet()
+        """The running consumers of this process, which take actors declared after they started."""
+        self._consumers_lock = threading.Lock()
+        self._workers = RunningWorkers()
         connections = self.thread_connections
         self._declarer = Declarer(connections=connections, namespace=namespace)
         self._publishing = Publishing(connections=connections, declarer=self._declarer, topology=lambda: self.topology)
@@ -80,6 +87,14 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
         validate_actor(actor, namespace=self.namespace)
         super().declare_actor(actor)
+        # Declared after a worker started: its running consumer of this queue name reads it too.
+        with self._consumers_lock:
+            consumers = [c for c in self._consumers if c.queue_name == actor.queue_name]
+            if consumers:
+                queues, one_at_a_time = self._actor_queues(actor.queue_name, only=actor.actor_name)
+                for consumer in consumers:
+                    consumer.add_queues(queues, one_at_a_time)
+        self._workers.warn_unconsumed(actor)
 
     def declare_queue(self, queue_name: str, *, ensure: bool = False) -> None:
         # A Dramatiq queue name is a group of actor queues; delays use the delay tiers, so no
@@ -99,6 +114,10 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot":
             self._check_access()
+            warn_custom_encoder()
+            self._workers.add(args[0])
+        elif signal == "worker_shutdown":
+            self._workers.discard(args[0])
         super().emit_before(signal, *args, **kwargs)
 
     def _check_access(self) -> None:
@@ -201,11 +220,26 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self.ensure_topology()
         except BrokerUnavailable as e:
             raise dramatiq_error(ConnectionFailed, str(e)) from None  # one line, then Dramatiq retries
+        consumer = GroupConsumer(self, queue_name, self.config.prefetch or prefetch, timeout)
+        # Registered and given its queues at once, so an actor declared meanwhile is in one or the other.
+        with self._consumers_lock:
+            self._consumers.add(consumer)
+            consumer.add_queues(*self._actor_queues(queue_name), wake=False)
+        try:
+            consumer.subscribe_pending()
+        except BaseException:
+            consumer.close()  # Dramatiq never gets this consumer, so it would not close it
+            raise
+        return consumer
+
+    def _actor_queues(self, queue_name: str, *, only: str | None = None) -> tuple[dict[str, str], set[str]]:
+        """The actor queues of Dramatiq queue ``queue_name`` (queue → actor; of actor ``only`` if given)
+        and those consumed one message at a time."""
         topology = self.topology
         queues = {
             queue: actor.actor_name
             for actor in self.actors.values()
-            if actor.queue_name == queue_name
+            if actor.queue_name == queue_name and only in (None, actor.actor_name)
             for queue in topology.consume_queues[actor.actor_name]
         }
         # An ordered partition must not have a second message out while one is processed; a
@@ -213,9 +247,12 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         one_at_a_time = {
             queue for queue, actor in queues.items() if topology.actor_profiles[actor] in ("ordered", "long_running")
         }
-        return GroupConsumer(
-            self, queue_name, queues, self.config.prefetch or prefetch, timeout, one_at_a_time=one_at_a_time
-        )
+        return queues, one_at_a_time
+
+    def forget_consumer(self, consumer: GroupConsumer) -> None:
+        """A closed consumer takes no more actors."""
+        with self._consumers_lock:
+            self._consumers.discard(consumer)
 
     def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
         """Acknowledge a delivery now, before its actor ends (a long-running job owned by its lease)."""
@@ -248,13 +285,23 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         """Messages ready in ``queue``, or None if it does not exist."""
         return self._declarer.depth(queue)
 
+    def queue_consumers(self, queue: str) -> int | None:
+        """Consumers reading ``queue`` now (in any process), or None if it does not exist."""
+        return self._declarer.consumers(queue)
+
     def get_queue_message_counts(self, queue_name: str) -> tuple[int, int, int]:
-        """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``."""
+        """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``.
+
+        The delay tiers are shared by the namespace's actors, so ``delayed`` counts every message
+        waiting in them (retries and delayed sends): ``join()`` waits for those too, as Dramatiq's
+        does for its delay queues.
+        """
         topology = self.topology
         actors = [a for a in topology.actor_queues if self.actors[a].queue_name == queue_name]
         ready = sum(self.queue_depth(q) or 0 for a in actors for q in topology.consume_queues[a])
+        delayed = sum(self.queue_depth(q.name) or 0 for q in topology.queues if q.role == "delay")
         dead = sum(self.queue_depth(dead_letter_queue(topology.actor_queues[a])) or 0 for a in actors)
-        return ready, 0, dead
+        return ready, delayed, dead
 
     def flush(self, queue_name: str) -> None:
         topology = self.topology

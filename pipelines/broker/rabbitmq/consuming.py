@@ -1,5 +1,9 @@
 """Consuming: one channel per Dramatiq queue name serves every actor queue of that group.
 
+The group is open: an actor declared on the queue name after the worker started is added to the
+running consumer (``add_queues`` from the declaring thread, subscribed by the consumer's own thread on
+its next turn), as Dramatiq's own consumer reads whatever is sent to its queue name.
+
 Each delivery is screened before Dramatiq sees it (``screening``): one that is not a message for the
 queue's actor (not JSON, fields missing, another actor's, over the size limit, an option or header of
 the wrong type) is dead-lettered with the reason and never reaches a worker thread, and nothing a
@@ -81,37 +85,61 @@ class Delivery(dramatiq.broker.MessageProxy):
 class GroupConsumer(dramatiq.broker.Consumer):
     """Consumes every actor queue of one Dramatiq queue name on one channel (see the module docstring)."""
 
-    def __init__(
-        self,
-        broker: ExchangeBroker,
-        queue_name: str,
-        queues: dict[str, str],
-        prefetch: int,
-        timeout_ms: int,
-        *,
-        one_at_a_time: set[str],
-    ) -> None:
+    def __init__(self, broker: ExchangeBroker, queue_name: str, prefetch: int, timeout_ms: int) -> None:
         self.broker = broker
         self.queue_name = queue_name
+        self.prefetch = prefetch
         self.timeout_s = timeout_ms / 1000
         self._ready: deque[tuple[Any, Any, bytes]] = deque()
         self._actors_by_tag: dict[str, str] = {}
         self._queues_by_tag: dict[str, str] = {}
+        self._pending: dict[str, tuple[str, bool]] = {}
+        """Actor queues to start consuming (queue → its actor, one at a time?), added from any thread."""
+        self._pending_lock = threading.Lock()
         try:
             self.connection = pika.BlockingConnection(broker.thread_connections.parameters)
             self.channel = self.connection.channel()
-            # basic.qos applies to the consumers started after it on this channel, each on its own.
-            for limit, group in ((prefetch, queues.keys() - one_at_a_time), (1, queues.keys() & one_at_a_time)):
-                if not group:
-                    continue
-                self.channel.basic_qos(prefetch_count=limit)
-                for queue in sorted(group):
-                    tag = self.channel.basic_consume(queue, self._on_delivery)
-                    self._actors_by_tag[tag] = queues[queue]
-                    self._queues_by_tag[tag] = queue
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
         self.settlements = Settlements(connection=self.connection, channel=self.channel)
+
+    def add_queues(self, queues: dict[str, str], one_at_a_time: set[str], *, wake: bool = True) -> None:
+        """Consume these actor queues too (queue → actor), from the next ``__next__`` on; any thread may
+        call this (an actor declared after the worker started): the consumer's own thread subscribes,
+        woken from its wait for deliveries unless ``wake`` is false (it is the caller)."""
+        with self._pending_lock:
+            self._pending |= {q: (a, q in one_at_a_time) for q, a in queues.items()}
+        if not wake:
+            return
+        try:
+            self.connection.add_callback_threadsafe(lambda: None)  # wake a consumer waiting for deliveries
+        except CONNECTION_ERRORS:
+            logger.debug("Consumer of %r is closed; its replacement consumes the new queues.", self.queue_name)
+
+    def subscribe_pending(self) -> None:
+        """Start consuming the queues added since the last call (in the consumer's own thread)."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        consumed = set(self._queues_by_tag.values())
+        pending = {q: entry for q, entry in pending.items() if q not in consumed}
+        if not pending:
+            return
+        try:
+            self.broker.ensure_topology()  # a late actor's queues are declared before they are consumed
+            # basic.qos applies to the consumers started after it on this channel, each on its own.
+            for limit, single in ((self.prefetch, False), (1, True)):
+                group = sorted(q for q, (_, one) in pending.items() if one is single)
+                if not group:
+                    continue
+                self.channel.basic_qos(prefetch_count=limit)
+                for queue in group:
+                    tag = self.channel.basic_consume(queue, self._on_delivery)
+                    self._actors_by_tag[tag] = pending[queue][0]
+                    self._queues_by_tag[tag] = queue
+        except CONNECTION_ERRORS as e:
+            raise self._closed(e, str(self.broker.thread_connections.unavailable(e))) from None
+        except PipelinesError as e:
+            raise dramatiq_error(ConnectionClosed, str(e)) from None
 
     def _closed(self, error: BaseException, text: str) -> ConnectionClosed:
         """Dramatiq's error for a lost consumer (its worker reconnects); after a 404 the topology is
@@ -124,6 +152,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._ready.append((method, properties, body))
 
     def __next__(self) -> dramatiq.broker.MessageProxy | None:
+        self.subscribe_pending()
         try:
             if not self._ready:
                 self.connection.process_data_events(time_limit=self.timeout_s)
@@ -256,6 +285,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         """Unacked deliveries return to their queues when the channel closes."""
 
     def close(self) -> None:
+        self.broker.forget_consumer(self)
         try:
             done = threading.Event()
             self.connection.add_callback_threadsafe(done.set)

@@ -9,6 +9,7 @@ RabbitMQ, which becomes a TopologyMismatch that says how to resolve it.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pika.exceptions
 
@@ -91,10 +92,18 @@ class Declarer:
 
     def depth(self, queue: str) -> int | None:
         """Messages ready in ``queue``, or None if it does not exist."""
+        found = self._inspect(queue)
+        return None if found is None else int(found.message_count)
+
+    def consumers(self, queue: str) -> int | None:
+        """Consumers reading ``queue`` now, or None if it does not exist."""
+        found = self._inspect(queue)
+        return None if found is None else int(found.consumer_count)
+
+    def _inspect(self, queue: str) -> Any:
+        """RabbitMQ's answer to a passive declaration of ``queue`` (its counts), or None if it does not exist."""
         try:
-            return self.connections.on_channel(
-                lambda channel: int(channel.queue_declare(queue, passive=True).method.message_count)
-            )
+            return self.connections.on_channel(lambda channel: channel.queue_declare(queue, passive=True).method)
         except pika.exceptions.ChannelClosedByBroker:
             return None
 

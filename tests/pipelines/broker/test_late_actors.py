@@ -1,0 +1,137 @@
+"""Actors declared after a worker started: consumed when a worker reads their queue name, reported when none does."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import dramatiq
+import pytest
+
+from pipelines.app import App
+from pipelines.broker import ExchangeBroker
+from pipelines.testing import boot
+
+TIMEOUT_S = 30
+
+
+class Seen:
+    """Arguments an actor received, awaited by count."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._changed = threading.Condition()
+
+    def add(self, value: Any) -> None:
+        with self._changed:
+            self.values.append(value)
+            self._changed.notify_all()
+
+    def wait_for(self, count: int) -> list[Any]:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.values) >= count, TIMEOUT_S), self.values
+            return sorted(self.values)
+
+
+def test_an_actor_declared_after_the_worker_started_on_a_queue_name_it_consumes_is_processed(
+    make_app: Any, start_worker: Any
+) -> None:
+    app: App = make_app()
+    dramatiq.actor(actor_name="early", broker=app.broker)(lambda: None)
+    start_worker(app)
+    seen = Seen()
+    late = dramatiq.actor(actor_name="late", broker=app.broker)(seen.add)
+
+    for i in range(10):
+        late.send(i)
+
+    assert seen.wait_for(10) == list(range(10))
+
+
+def test_a_worker_started_before_any_actor_processes_actors_declared_later_on_new_queue_names(
+    make_app: Any, start_worker: Any
+) -> None:
+    app: App = make_app()
+    start_worker(app)
+    seen = Seen()
+    first = dramatiq.actor(actor_name="first", queue_name="images", broker=app.broker)(seen.add)
+    second = dramatiq.actor(actor_name="second", queue_name="mail", broker=app.broker)(seen.add)
+
+    first.send(1)
+    second.send(2)
+
+    assert seen.wait_for(2) == [1, 2]
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_an_ordered_actor_declared_late_has_every_partition_consumed(make_app: Any, start_worker: Any) -> None:
+    app: App = make_app()
+    dramatiq.actor(actor_name="early", broker=app.broker)(lambda: None)
+    start_worker(app)
+    seen = Seen()
+
+    def by_key(key: int) -> None:
+        seen.add(key)
+
+    ordered = dramatiq.actor(
+        actor_name="ordered", broker=app.broker, profile="ordered", partitions=3, ordering_key="key"
+    )(by_key)
+
+    for key in range(12):
+        ordered.send(key)
+
+    assert seen.wait_for(12) == list(range(12))
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_an_actor_no_worker_of_the_process_will_consume_is_reported_when_declared(
+    make_app: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app: App = make_app()
+    dramatiq.actor(actor_name="early", broker=app.broker)(lambda: None)
+    boot(app)
+    worker = dramatiq.Worker(app.broker, worker_threads=1, worker_timeout=100, queues={"default"})
+    worker.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            dramatiq.actor(actor_name="consumed", broker=app.broker)(lambda: None)
+            dramatiq.actor(actor_name="stranded", queue_name="reports", broker=app.broker)(lambda: None)
+    finally:
+        worker.stop()
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "'stranded'" in warnings[0]
+    assert "--queues reports" in warnings[0]
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_declaring_actors_with_no_worker_running_reports_nothing(
+    make_app: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app: App = make_app()
+    with caplog.at_level(logging.WARNING):
+        dramatiq.actor(actor_name="anywhere", queue_name="reports", broker=app.broker)(lambda: None)
+
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_an_actor_queue_counts_the_consumers_reading_it(make_app: Any, start_worker: Any) -> None:
+    app: App = make_app()
+    broker = app.broker
+    assert isinstance(broker, ExchangeBroker)
+    dramatiq.actor(actor_name="unread", queue_name="reports", broker=broker)(lambda: None)
+    broker.ensure_topology()
+    queue = broker.topology.actor_queues["unread"]
+    assert broker.queue_consumers(queue) == 0
+
+    start_worker(app)
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while broker.queue_consumers(queue) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert broker.queue_consumers(queue) == 1
+    assert broker.queue_consumers(f"{queue}.nonexistent") is None
