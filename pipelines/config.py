@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 
 import pika
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from pipelines.errors import ConfigError
-from pipelines.masking import mask_secrets, mask_text
+from pipelines.masking import mask_secrets, mask_text, mask_url
 from pipelines.naming import is_valid_actor_name, is_valid_namespace
 
 #: Environment variable naming the config file; the default is ``./config.toml``.
@@ -62,6 +62,14 @@ def _check_amqp_url(url: str) -> str:
     return url
 
 
+def _split_urls(url: str) -> tuple[str, ...]:
+    """The comma-separated URLs of ``url`` (a cluster's nodes), stripped of spaces."""
+    nodes = tuple(node.strip() for node in url.split(","))
+    if not all(nodes):
+        raise ValueError("expected URLs separated by single commas, none of them empty")
+    return nodes
+
+
 def _check_redis_url(url: str) -> str:
     """The URL as redis-py reads it, with the database a number (redis-py would quietly use 0)."""
     if _check_url(url, ("redis", "rediss", "memory")).startswith("memory://"):
@@ -97,7 +105,12 @@ class BrokerConfig(_Section):
     """RabbitMQ: connection, queue arguments and limits."""
 
     url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    """One node's URL, or the nodes of a cluster separated by commas (or use ``urls``)."""
+    urls: tuple[str, ...] = ()
+    """The nodes of a cluster, one URL each; set this or ``url``, not both."""
     queue_type: Literal["quorum", "classic"] = "quorum"
+    quorum_initial_group_size: int | None = Field(default=None, ge=1, le=99)
+    """Replicas of each quorum queue (x-quorum-initial-group-size); None leaves RabbitMQ's default."""
     confirm_delivery: bool = True
     heartbeat_s: int = Field(default=30, ge=0, le=600)
     connection_attempts: int = Field(default=3, ge=1, le=100)
@@ -116,7 +129,26 @@ class BrokerConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return _check_amqp_url(url)
+        nodes = _split_urls(url)
+        if len(nodes) > 1 and any(node.startswith("memory://") for node in nodes):
+            raise ValueError("memory:// names the in-process broker: it cannot be one of several URLs")
+        for node in nodes:
+            _check_amqp_url(node)
+        return url
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_scheme(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for node in urls:
+            if _check_amqp_url(node).startswith("memory://") or "," in node:
+                raise ValueError("expected one amqp:// or amqps:// URL per entry of urls")
+        return urls
+
+    @model_validator(mode="after")
+    def _url_or_urls(self) -> BrokerConfig:
+        if self.urls and "url" in self.model_fields_set:
+            raise ValueError("set either broker.url or broker.urls, not both (urls lists every node of a cluster)")
+        return self
 
     @field_validator("delay_tiers_s")
     @classmethod
@@ -127,7 +159,17 @@ class BrokerConfig(_Section):
 
     @property
     def is_memory(self) -> bool:
-        return self.url.startswith("memory://")
+        return self.url.startswith("memory://") and not self.urls
+
+    @property
+    def node_urls(self) -> tuple[str, ...]:
+        """Every node's URL, in the order configured."""
+        return self.urls or _split_urls(self.url)
+
+    @property
+    def masked_url(self) -> str:
+        """The node URLs with their passwords hidden, for logs and errors."""
+        return ", ".join(mask_url(node) for node in self.node_urls)
 
 
 class StoreConfig(_Section):

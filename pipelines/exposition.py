@@ -54,7 +54,8 @@ class QueueDepths(Collector):
 
     def _depth(self, queue: str) -> int | None:
         if self._channel is None or not self._channel.is_open:
-            self._channel = pika.BlockingConnection(pika.URLParameters(self.url)).channel()
+            nodes = [pika.URLParameters(node) for node in self.url.split(",")]
+            self._channel = pika.BlockingConnection(nodes).channel()
         try:
             return int(self._channel.queue_declare(queue, passive=True).method.message_count)
         except pika.exceptions.ChannelClosedByBroker:
@@ -145,7 +146,7 @@ def serve() -> int:
     samples = MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
     registry.register(LiveWorkers(samples, settings.metrics.heartbeat_interval_s))
     depths = QueueDepths(
-        url=settings.broker.url,
+        url=",".join(settings.broker.node_urls),
         listing=directory / QUEUES_FILE,
         interval_s=settings.metrics.queue_sample_interval_s,
         samples=samples,

@@ -98,7 +98,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._actors_by_tag: dict[str, str] = {}
         self._queues_by_tag: dict[str, str] = {}
         try:
-            self.connection = pika.BlockingConnection(broker.thread_connections.parameters)
+            self.connection = pika.BlockingConnection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
             # basic.qos applies to the consumers started after it on this channel, each on its own.
             for limit, group in ((prefetch, queues.keys() - one_at_a_time), (1, queues.keys() & one_at_a_time)):

@@ -202,6 +202,6 @@ def test_an_amqps_url_turns_on_tls(backend: str) -> None:
     )
     broker: Any = build_app(settings).broker
 
-    parameters = broker.parameters
+    (parameters,) = broker.parameters
     assert parameters.ssl_options is not None
     assert (parameters.host, parameters.port) == ("rabbit.example", 5671)
