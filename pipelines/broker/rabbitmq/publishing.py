@@ -1,9 +1,14 @@
 """Publishing batches under one confirm wait, and what to do when RabbitMQ does not take them.
 
-A batch whose connection broke is resent, minus what RabbitMQ had confirmed, on a fresh connection
-(at most ``MAX_PUBLISH_ATTEMPTS`` connections). Messages RabbitMQ returned as unroutable are resent
-once after declaring the topology again (a queue may have been deleted under a running producer);
-returned again, they are Unroutable. A refused publish names the full queue when a max length is why.
+A batch whose connection broke, or that RabbitMQ did not confirm in time, is resent, minus what
+RabbitMQ had confirmed, on a fresh connection (at most ``MAX_PUBLISH_ATTEMPTS`` connections; on a
+cluster each tries every node, so a batch sent to a node that died or was cut off goes to a live one).
+A message is reported published only once confirmed: one sent twice (confirmed the second time, after
+the first went through unconfirmed) is absorbed by the step claims and idempotency keys. A message
+RabbitMQ nacked is sent again the same way, unless a full queue refused it. Messages RabbitMQ
+returned as unroutable are resent once after declaring the topology again (a queue may have been
+deleted under a running producer); returned again, they are Unroutable. A refused publish names the
+full queue when a max length is why.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ class Publishing:
 
         Raises:
             Unroutable: No queue is bound for a message's routing key, even after declaring again.
-            QueueFull: A queue at its max length refused a message (other refusals: PublishError).
+            QueueFull: A queue at its max length refused a message (other refusals, after
+                ``MAX_PUBLISH_ATTEMPTS``: PublishError).
             BrokerUnavailable: RabbitMQ did not answer after ``MAX_PUBLISH_ATTEMPTS`` connections.
         """
         remaining = batch
@@ -48,7 +54,15 @@ class Publishing:
             try:
                 returned = self.connections.publisher().publish(remaining)
             except Refused as e:
-                raise self._refusal(e) from None
+                refusal = self._refusal(e)
+                if isinstance(refusal, QueueFull) or attempt == MAX_PUBLISH_ATTEMPTS:
+                    raise refusal from None
+                # A nack without a full queue is RabbitMQ's internal error (a queue losing its leader).
+                self.connections.drop()
+                self.count += len(remaining) - len(e.items)
+                remaining = e.items
+                logger.warning("RabbitMQ refused %d message(s); retrying them on a new connection.", len(remaining))
+                continue
             except BatchInterrupted as e:
                 self.connections.drop()
                 remaining = [item for i, item in enumerate(remaining) if i not in e.confirmed]
