@@ -81,6 +81,8 @@ class Producer:
     errors: list[str] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
+    finished_at: float = float("inf")
+    """When the last publish returned (epoch seconds)."""
 
     def __post_init__(self) -> None:
         self.actors = declare_stubs(self.app)
@@ -99,6 +101,7 @@ class Producer:
         except BaseException as e:  # reported by wait()
             self.failure = e
         finally:
+            self.finished_at = time.time()
             self.done.set()
 
     def _interleave(self) -> list[Callable[[], None]]:
