@@ -8,16 +8,18 @@ counted in PostgreSQL (no unique constraint); figures are printed (``-s``).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from failover_load import Load, Producer, execution_times, longest_pause, start_worker, stop_worker, wait_for_runs
-from local_rabbit import RabbitCluster
+from local_rabbit import RabbitCluster, RabbitNode
 from local_slot import wait_for
 
 from pipelines.app import App, build_app
@@ -79,6 +81,18 @@ def worker_env(app: App, table: str) -> dict[str, str]:
         "CL_EFFECTS_TABLE": table,
         "CL_POSTGRES_URL": POSTGRES_URL,
     }
+
+
+def consumers_by_node(cluster: RabbitCluster, namespace: str, via: RabbitNode) -> Counter[str]:
+    """How many of the namespace's consumers each node serves (a channel's process names its node)."""
+    listed = json.loads(cluster.ctl(via, "list_consumers", "queue_name", "channel_pid", "--formatter", "json"))
+    return Counter(
+        node.name
+        for row in listed
+        if str(row["queue_name"]).startswith(f"{namespace}.")
+        for node in cluster.nodes
+        if f"<{node.name}." in str(row["channel_pid"])
+    )
 
 
 class Scenario:
@@ -152,6 +166,8 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
         victim = rabbit_cluster.busiest_node()
         survivor = next(node for node in rabbit_cluster.nodes if node is not victim)
         leaders = rabbit_cluster.leader_counts()[victim.name]
+        namespace = cluster_app.settings.namespace
+        consumers_killed = consumers_by_node(rabbit_cluster, namespace, survivor)[victim.name]
         killed_at = time.time()
         rabbit_cluster.kill(victim)
         wait_for(lambda: victim.name not in rabbit_cluster.running_nodes(via=survivor), "the kill", CLUSTER_S)
@@ -159,7 +175,10 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
         back_s = rabbit_cluster.restart(victim)
         back_at = time.time()
         scenario.progressed(50)
-        stopped = next(node for node in rabbit_cluster.nodes if node not in (victim, survivor))
+        # The other node that serves the worker's consumer (if any): its clean stop moves them.
+        serving = consumers_by_node(rabbit_cluster, namespace, victim)
+        stopped = max((node for node in rabbit_cluster.nodes if node is not victim), key=lambda n: serving[n.name])
+        consumers_stopped = serving[stopped.name]
         stopped_at = time.time()
         rabbit_cluster.stop(stopped)
         scenario.progressed(20)
@@ -170,9 +189,10 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
     times = execution_times(POSTGRES_URL, effects.table)
     stop_pause = longest_pause(times, stopped_at, min(finished_at, scenario.producer.finished_at))
     print(
-        f"figures: SIGKILL of {victim.name} (leader of {leaders} quorum queues): work stood still at most "
+        f"figures: SIGKILL of {victim.name} (leader of {leaders} quorum queues, serving {consumers_killed} of the "
+        f"worker's consumers): work stood still at most "
         f"{longest_pause(times, killed_at, back_at):.1f} s until it was back ({back_s:.1f} s to restart and "
-        f"rejoin); clean stop of {stopped.name}: at most {stop_pause:.1f} s; "
+        f"rejoin); clean stop of {stopped.name} (serving {consumers_stopped} consumers): at most {stop_pause:.1f} s; "
         f"{figures}"
     )
 
@@ -187,6 +207,8 @@ def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_i
         scenario.progressed(30)
         cut = rabbit_cluster.busiest_node()
         majority = next(node for node in rabbit_cluster.nodes if node is not cut)
+        leaders = rabbit_cluster.leader_counts()[cut.name]
+        consumers_cut = consumers_by_node(rabbit_cluster, cluster_app.settings.namespace, majority)[cut.name]
         cut_at = time.time()
         rabbit_cluster.partition(cut)
         wait_for(lambda: not cut.serving(), f"{cut.name} to stop serving (pause_minority)", CLUSTER_S)
@@ -203,7 +225,8 @@ def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_i
         scenario.close()
     times = execution_times(POSTGRES_URL, effects.table)
     print(
-        f"figures: {cut.name} cut off: stopped serving after {paused_s:.1f} s, work stood still at most "
+        f"figures: {cut.name} (leader of {leaders} quorum queues, serving {consumers_cut} consumers) cut off: "
+        f"stopped serving after {paused_s:.1f} s, work stood still at most "
         f"{longest_pause(times, cut_at, healed_at):.1f} s while it was cut off; served again {back_s:.1f} s "
         f"after the heal; {figures}"
     )
