@@ -8,7 +8,6 @@ counted in PostgreSQL (no unique constraint); figures are printed (``-s``).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -84,14 +83,16 @@ def worker_env(app: App, table: str) -> dict[str, str]:
 
 
 def consumers_by_node(cluster: RabbitCluster, namespace: str, via: RabbitNode) -> Counter[str]:
-    """How many of the namespace's consumers each node serves (a channel's process names its node)."""
-    listed = json.loads(cluster.ctl(via, "list_consumers", "queue_name", "channel_pid", "--formatter", "json"))
+    """How many of the namespace's consumers each node serves (a channel's process, as the table
+    format prints it, ``<pc1@10.213.6.1.123.456.0>``, names its node; the JSON format does not)."""
+    listed = cluster.ctl(via, "list_consumers", "queue_name", "channel_pid", "--no-table-headers")
+    rows = [line.split("\t") for line in listed.splitlines() if "\t" in line]
     return Counter(
         node.name
-        for row in listed
-        if str(row["queue_name"]).startswith(f"{namespace}.")
+        for queue, pid in rows
+        if queue.startswith(f"{namespace}.")
         for node in cluster.nodes
-        if f"<{node.name}." in str(row["channel_pid"])
+        if pid.startswith(f"<{node.name}.")
     )
 
 
