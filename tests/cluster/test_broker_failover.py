@@ -9,6 +9,7 @@ counted in PostgreSQL (no unique constraint); figures are printed (``-s``).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -37,6 +38,8 @@ LEASE_S = 5.0
 SETTLE_S = 60.0
 #: Longest the cluster may take to show a fault, or a node to boot again.
 CLUSTER_S = 90.0
+#: Workers started at most to get one whose consumer is on the leaders' node (each has a third's chance).
+WORKER_STARTS = 12
 
 
 @pytest.fixture
@@ -99,7 +102,10 @@ def consumers_by_node(cluster: RabbitCluster, namespace: str, via: RabbitNode) -
 class Scenario:
     """The worker, the producer and the effects of one test; :meth:`finish` checks the outcome."""
 
-    def __init__(self, app: App, effects: Effects, tmp_path: Path, load: Load, span_s: float) -> None:
+    def __init__(
+        self, cluster: RabbitCluster, app: App, effects: Effects, tmp_path: Path, *, load: Load, span_s: float
+    ) -> None:
+        self.cluster = cluster
         self.app = app
         self.effects = effects
         self.load = load
@@ -108,8 +114,27 @@ class Scenario:
         self.log = tmp_path / "worker.log"
         self.producer = Producer(app, load, span_s)
         app.broker.ensure_topology()  # type: ignore[union-attr]
-        self.worker = start_worker(worker_env(app, effects.table), self.log)
+        self.leaders = cluster.busiest_node()
+        """The node the topology was declared through: every quorum queue's leader."""
+        self.worker = self._worker_served_by(self.leaders)
         self.producer.start()
+
+    def _worker_served_by(self, node: RabbitNode) -> subprocess.Popen[bytes]:
+        """A worker whose consumer is on ``node`` (each picks a node at random: started again until so),
+        so that losing the leaders' node also loses the worker's consumer connection."""
+        namespace = self.app.settings.namespace
+        for _ in range(WORKER_STARTS):
+            worker = start_worker(worker_env(self.app, self.effects.table), self.log)
+            try:
+                wait_for(lambda: sum(consumers_by_node(self.cluster, namespace, node).values()) > 0, "a consumer", 60)
+            except TimeoutError:
+                stop_worker(worker)
+                raise AssertionError(f"the worker did not consume; its log:\n{self.tail()}") from None
+            if consumers_by_node(self.cluster, namespace, node)[node.name]:
+                return worker
+            stop_worker(worker)
+            wait_for(lambda: not consumers_by_node(self.cluster, namespace, node), "its consumers to go", 30)
+        raise AssertionError(f"no worker of {WORKER_STARTS} consumed on {node.name}")
 
     def executed(self) -> int:
         return sum(self.executions.counts().values())
@@ -159,12 +184,13 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
 ) -> None:
     load = Load(keyed=500, chains=100, chords=10, width=10)
-    scenario = Scenario(cluster_app, effects, tmp_path, load, span_s=60.0)
+    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=60.0)
     try:
         scenario.progressed(100)
         replicas = {q["name"]: len(q["members"]) for q in rabbit_cluster.quorum_queues()}
         assert {n for q, n in replicas.items() if q.startswith(f"{cluster_app.settings.namespace}.")} == {3}
-        victim = rabbit_cluster.busiest_node()
+        victim = scenario.leaders
+        assert rabbit_cluster.busiest_node() is victim
         survivor = next(node for node in rabbit_cluster.nodes if node is not victim)
         leaders = rabbit_cluster.leader_counts()[victim.name]
         namespace = cluster_app.settings.namespace
@@ -203,10 +229,11 @@ def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_i
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
 ) -> None:
     load = Load(keyed=200, chains=40, chords=4, width=10)
-    scenario = Scenario(cluster_app, effects, tmp_path, load, span_s=40.0)
+    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=40.0)
     try:
         scenario.progressed(30)
-        cut = rabbit_cluster.busiest_node()
+        cut = scenario.leaders
+        assert rabbit_cluster.busiest_node() is cut
         majority = next(node for node in rabbit_cluster.nodes if node is not cut)
         leaders = rabbit_cluster.leader_counts()[cut.name]
         consumers_cut = consumers_by_node(rabbit_cluster, cluster_app.settings.namespace, majority)[cut.name]
