@@ -35,16 +35,23 @@ EMBEDDED_ENV = {"PIPELINES_BROKER__URL": "memory://", "PIPELINES_STORE__URL": "m
 
 
 def unreachable(settings: Settings) -> str | None:
-    """Why the configured services cannot be used (None when both answer)."""
-    for what, url in (("RabbitMQ", settings.broker.url), ("Redis", settings.store.url)):
-        parts = urlsplit(url)
-        if parts.scheme == "memory":
-            continue
-        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
-        try:
-            socket.create_connection((parts.hostname or "localhost", port), timeout=CONNECT_TIMEOUT_S).close()
-        except OSError as e:
-            return f"{what} at {mask_url(url)} does not answer ({e.strerror or e})"
+    """Why the configured services cannot be used (None when both answer; RabbitMQ: any of its nodes)."""
+    for what, urls in (("RabbitMQ", settings.broker.node_urls), ("Redis", (settings.store.url,))):
+        reasons = [reason for url in urls if (reason := _unanswered(what, url))]
+        if len(reasons) == len(urls):
+            return reasons[0]
+    return None
+
+
+def _unanswered(what: str, url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        return None
+    port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        return f"{what} at {mask_url(url)} does not answer ({e.strerror or e})"
     return None
 
 
@@ -62,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{reason}: running on the embedded broker and store.", flush=True)
             command = [sys.executable, "-m", "actors.demo", "--embedded"]
             os.execve(sys.executable, command, os.environ | EMBEDDED_ENV)
-        print(f"Using RabbitMQ at {mask_url(settings.broker.url)} and Redis at {mask_url(settings.store.url)}.")
+        print(f"Using RabbitMQ at {settings.broker.masked_url} and Redis at {mask_url(settings.store.url)}.")
     elif not args.embedded:
         print("Running on the embedded broker and store (memory:// in the configuration).")
     return run_demo(configured_app)

@@ -296,11 +296,10 @@ def _publish(app: App, args: argparse.Namespace) -> int:
 
 
 def _topology(app: App, args: argparse.Namespace) -> int:
-    from pipelines.masking import mask_url
     from pipelines.profiles import profile_of, summary
 
     topology = app.broker.topology
-    print(f"namespace {topology.namespace} on {mask_url(app.settings.broker.url)}")
+    print(f"namespace {topology.namespace} on {app.settings.broker.masked_url}")
     print("exchanges:")
     for exchange in topology.exchanges:
         print(f"  {exchange.name:<40} {exchange.type}")

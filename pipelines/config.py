@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -17,18 +16,18 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
-from pipelines.config_urls import check_amqp_url, check_redis_url, check_url
+from pipelines.config_errors import ENV_PREFIX, explain, unparsable_variables
+from pipelines.config_urls import check_amqp_url, check_redis_url, check_url, split_urls
 from pipelines.errors import ConfigError
-from pipelines.masking import mask_secrets
+from pipelines.masking import mask_secrets, mask_url
 from pipelines.naming import is_valid_actor_name, is_valid_namespace
 
 #: Environment variable naming the config file; the default is ``./config.toml``.
 CONFIG_PATH_ENV = "PIPELINES_CONFIG"
 DEFAULT_CONFIG_PATH = Path("config.toml")
-ENV_PREFIX = "PIPELINES_"
 
 
 _read_environment: ContextVar[bool] = ContextVar("read_environment", default=True)
@@ -59,7 +58,12 @@ class BrokerConfig(_Section):
     """RabbitMQ: connection, queue arguments and limits."""
 
     url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    """One node's URL, or the nodes of a cluster separated by commas (or use ``urls``)."""
+    urls: tuple[str, ...] = ()
+    """The nodes of a cluster, one URL each; set this or ``url``, not both."""
     queue_type: Literal["quorum", "classic"] = "quorum"
+    quorum_initial_group_size: int | None = Field(default=None, ge=1, le=99)
+    """Replicas of each quorum queue (x-quorum-initial-group-size); None leaves RabbitMQ's default."""
     confirm_delivery: bool = True
     heartbeat_s: int = Field(default=30, ge=0, le=600)
     connection_attempts: int = Field(default=3, ge=1, le=100)
@@ -78,7 +82,26 @@ class BrokerConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return check_amqp_url(url)
+        nodes = split_urls(url)
+        if len(nodes) > 1 and any(node.startswith("memory://") for node in nodes):
+            raise ValueError("memory:// names the in-process broker: it cannot be one of several URLs")
+        for node in nodes:
+            check_amqp_url(node)
+        return url
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_scheme(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        for node in urls:
+            if check_amqp_url(node).startswith("memory://") or "," in node:
+                raise ValueError("expected one amqp:// or amqps:// URL per entry of urls")
+        return urls
+
+    @model_validator(mode="after")
+    def _url_or_urls(self) -> BrokerConfig:
+        if self.urls and "url" in self.model_fields_set:
+            raise ValueError("set either broker.url or broker.urls, not both (urls lists every node of a cluster)")
+        return self
 
     @field_validator("delay_tiers_s")
     @classmethod
@@ -89,7 +112,17 @@ class BrokerConfig(_Section):
 
     @property
     def is_memory(self) -> bool:
-        return self.url.startswith("memory://")
+        return self.url.startswith("memory://") and not self.urls
+
+    @property
+    def node_urls(self) -> tuple[str, ...]:
+        """Every node's URL, in the order configured."""
+        return self.urls or split_urls(self.url)
+
+    @property
+    def masked_url(self) -> str:
+        """The node URLs with their passwords hidden, for logs and errors."""
+        return ", ".join(mask_url(node) for node in self.node_urls)
 
 
 class StoreConfig(_Section):
@@ -330,10 +363,10 @@ def _validated(data: dict[str, Any], *, source: str, use_env: bool) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as e:
-        raise ConfigError(_explain(e, source)) from None
+        raise ConfigError(explain(e, source)) from None
     except SettingsError:
         # pydantic-settings could not parse an environment value of a structured key (a list, say).
-        names = ", ".join(_unparsable_variables()) or f"a {ENV_PREFIX}* variable"
+        names = ", ".join(unparsable_variables()) or f"a {ENV_PREFIX}* variable"
         raise ConfigError(
             f"Invalid configuration: {names} is not JSON; list and table values in the environment must be, "
             "such as PIPELINES_BROKER__DELAY_TIERS_S='[1, 5, 30]'."
@@ -356,29 +389,3 @@ def _reject_unknown_sections() -> None:
                 f"Invalid configuration: {name} names no section {section.lower()!r}. "
                 f"Sections are {', '.join(sorted(sections))}; check its spelling or unset it."
             )
-
-
-def _unparsable_variables() -> list[str]:
-    """The ``PIPELINES_*`` variables whose value should be JSON (a list or table) and is not."""
-    names = []
-    for name, value in os.environ.items():
-        if not name.startswith(ENV_PREFIX) or (not value.strip().startswith(("[", "{")) and "," not in value):
-            continue
-        try:
-            json.loads(value)
-        except ValueError:
-            names.append(name)
-    return sorted(names)
-
-
-def _explain(error: ValidationError, source: str) -> str:
-    first = error.errors()[0]
-    location = [str(part) for part in first["loc"]]
-    key = ".".join(location)
-    env_name = ENV_PREFIX + "__".join(part.upper() for part in location)
-    value = "***" if location[:1] == ["encryption"] or location == ["ui", "token"] else mask_secrets(first.get("input"))
-    problem = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        return f"Invalid configuration: unknown key {key!r} (in {source} or {env_name}). Check its spelling."
-    more = f" ({len(error.errors()) - 1} more problem(s) after this one)" if len(error.errors()) > 1 else ""
-    return f"Invalid configuration: {key} = {value!r} (from {source} or {env_name}): {problem}.{more}"

@@ -49,3 +49,11 @@ def check_redis_url(url: str) -> str:
     except (ValueError, TypeError) as e:
         raise ValueError(f"expected a Redis URL that redis-py accepts ({mask_text(str(e))})") from None
     return url
+
+
+def split_urls(url: str) -> tuple[str, ...]:
+    """The comma-separated URLs of ``url`` (a cluster's nodes), stripped of spaces."""
+    nodes = tuple(node.strip() for node in url.split(","))
+    if not all(nodes):
+        raise ValueError("expected URLs separated by single commas, none of them empty")
+    return nodes

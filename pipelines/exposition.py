@@ -88,7 +88,8 @@ class QueueDepths(Collector):
 
     def _depth(self, queue: str) -> int | None:
         if self._channel is None or not self._channel.is_open:
-            self._channel = pika.BlockingConnection(pika.URLParameters(self.url)).channel()
+            nodes = [pika.URLParameters(node) for node in self.url.split(",")]
+            self._channel = pika.BlockingConnection(nodes).channel()
         try:
             return int(self._channel.queue_declare(queue, passive=True).method.message_count)
         except pika.exceptions.ChannelClosedByBroker:
@@ -187,7 +188,7 @@ def serve() -> int:
     workers = LiveWorkers(samples, settings.metrics.heartbeat_interval_s)
     registry.register(workers)
     depths = QueueDepths(
-        url=settings.broker.url,
+        url=",".join(settings.broker.node_urls),
         listing=directory / QUEUES_FILE,
         interval_s=settings.metrics.queue_sample_interval_s,
         samples=samples,

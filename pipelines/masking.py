@@ -17,7 +17,10 @@ _USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]*):(?P<password>[^\s/@'\"]+)@")
 
 
 def mask_url(url: str) -> str:
-    """Hide the password of a URL (in its user info or a ``password=`` query) so it can be printed."""
+    """Hide the password of a URL (in its user info or a ``password=`` query) so it can be printed; of
+    each URL in a comma-separated list of them (a cluster's nodes)."""
+    if url.count("://") > 1 and "," in url:
+        return ",".join(mask_url(part) for part in url.split(","))
     parts = urlsplit(url)
     if not parts.netloc:
         return _USERINFO.sub(r"\g<user>:***@", url)

@@ -14,7 +14,7 @@ key. The RabbitMQ broker declares exactly this; the memory broker routes by the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pipelines import naming
@@ -106,8 +106,13 @@ def build_topology(
     queue_type: Literal["quorum", "classic"],
     delivery_limit: int,
     delay_tiers_ms: Iterable[int],
+    quorum_initial_group_size: int | None = None,
 ) -> Topology:
-    """Every exchange, queue and binding of ``namespace`` for these actors."""
+    """Every exchange, queue and binding of ``namespace`` for these actors.
+
+    ``quorum_initial_group_size`` is given to every quorum queue only when set: RabbitMQ refuses to
+    declare an existing queue with other arguments, so a deployment that never set it is unchanged.
+    """
     work = naming.work_exchange(namespace)
     events = naming.events_exchange(namespace)
     dead = naming.dead_letter_exchange(namespace)
@@ -154,6 +159,12 @@ def build_topology(
         tier_arguments: dict[str, Any] = {"x-message-ttl": tier, "x-dead-letter-exchange": work}
         queues.append(Queue(name, _with_type(tier_arguments, queue_type, None), "delay"))
         bindings.append(Binding(delay, name, "", {"x-match": "all", DELAY_TIER_HEADER: tier}))
+    if quorum_initial_group_size is not None:
+        replicas = {"x-quorum-initial-group-size": quorum_initial_group_size}
+        queues = [
+            replace(q, arguments={**q.arguments, **replicas}) if q.arguments.get("x-queue-type") == "quorum" else q
+            for q in queues
+        ]
     return Topology(
         namespace,
         exchanges,

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from pipelines.config import CONFIG_PATH_ENV, ENV_PREFIX, Settings, load_settings
+from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
+from pipelines.config_errors import ENV_PREFIX
 from pipelines.metrics_http import HEALTH_PATH
 
 ROOT = Path(__file__).resolve().parent.parent

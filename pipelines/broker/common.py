@@ -127,6 +127,7 @@ class TopologyCache:
                 ),
                 queue_type=self.config.queue_type,
                 delivery_limit=self.config.delivery_limit,
+                quorum_initial_group_size=self.config.quorum_initial_group_size,
                 delay_tiers_ms=(round(s * 1000) for s in self.config.delay_tiers_s),
             )
             self._built = (len(actors), topology)

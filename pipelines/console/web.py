@@ -27,7 +27,6 @@ from pipelines.console import api
 from pipelines.console.data import ConsoleData
 from pipelines.console.security import Guard
 from pipelines.errors import DeadLetterNotFound, PipelinesError, RunNotFound, ServiceUnavailable
-from pipelines.masking import mask_url
 from pipelines.sealing import SEALED_KEY
 
 #: What a value that is not known (yet) shows as: an en dash.
@@ -121,7 +120,7 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
     ui = app.settings.ui
     common = {
         "namespace": app.settings.namespace,
-        "broker": mask_url(app.settings.broker.url),
+        "broker": app.settings.broker.masked_url,
         "refresh_ms": int(ui.refresh_s * 1000),
         "actions_enabled": bool(ui.token),
     }

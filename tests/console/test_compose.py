@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.config import ENV_PREFIX, Settings, load_settings
+from pipelines.config import Settings, load_settings
+from pipelines.config_errors import ENV_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pipelines.config import ENV_PREFIX, Settings
+from pipelines.config import Settings
+from pipelines.config_errors import ENV_PREFIX
 from pipelines.metrics_http import HEALTH_PATH
 
 ROOT = Path(__file__).resolve().parent.parent.parent

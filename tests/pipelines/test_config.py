@@ -341,3 +341,55 @@ def test_with_overrides_does_not_read_the_environment_again(monkeypatch: pytest.
 
 def test_a_password_in_a_redis_url_query_is_masked_too() -> None:
     assert mask_url(f"redis://cache:6379/0?password={SECRET}&db=1") == "redis://cache:6379/0?password=***&db=1"
+
+
+NODES = [f"amqp://admin:{SECRET}@rabbit-{k}:5672/%2F" for k in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        f'[broker]\nurl = "{",".join(NODES)}"\n',
+        f'[broker]\nurl = "{", ".join(NODES)}"\n',
+        f"[broker]\nurls = {NODES}\n",
+    ],
+    ids=["comma-separated-url", "comma-and-space-separated-url", "urls-list"],
+)
+def test_a_cluster_is_named_by_a_comma_separated_url_or_a_list_of_urls(toml: str) -> None:
+    write_config(toml.replace("'", '"'))
+    settings = load_settings()
+    assert settings.broker.node_urls == tuple(NODES)
+    assert settings.broker.masked_url == ", ".join(url.replace(SECRET, "***") for url in NODES)
+    assert SECRET not in json.dumps(settings.masked())
+    assert not settings.broker.is_memory
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (f'[broker]\nurl = "{NODES[0]}"\nurls = ["{NODES[1]}"]\n', "either broker.url or broker.urls"),
+        (f'[broker]\nurl = "{NODES[0]},,{NODES[1]}"\n', "none of them empty"),
+        (f'[broker]\nurl = "{NODES[0]},memory://"\n', "cannot be one of several"),
+        (f'[broker]\nurls = ["{NODES[0]}", "memory://"]\n', "one amqp:// or amqps:// URL per entry"),
+        (f'[broker]\nurl = "{NODES[0]},redis://:{SECRET}@cache/0"\n', "amqp://"),
+    ],
+    ids=["url-and-urls", "empty-entry", "memory-in-url", "memory-in-urls", "wrong-scheme"],
+)
+def test_a_bad_list_of_nodes_is_a_config_error_without_passwords(toml: str, message: str) -> None:
+    write_config(toml)
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_settings()
+    assert SECRET not in str(raised.value)
+
+
+def test_the_quorum_replication_factor_is_unset_unless_configured() -> None:
+    assert load_settings().broker.quorum_initial_group_size is None
+    write_config("[broker]\nquorum_initial_group_size = 3\n")
+    assert load_settings().broker.quorum_initial_group_size == 3
+    write_config("[broker]\nquorum_initial_group_size = 0\n")
+    with pytest.raises(ConfigError, match="quorum_initial_group_size"):
+        load_settings()
+
+
+def test_a_comma_separated_list_of_urls_is_masked_url_by_url() -> None:
+    assert mask_url(",".join(NODES)) == ",".join(url.replace(SECRET, "***") for url in NODES)

@@ -224,3 +224,26 @@ def test_no_actors_still_declares_exchanges_and_delay_tiers() -> None:
     assert len(topology.exchanges) == 4
     assert [q.role for q in topology.queues] == ["delay", "delay", "delay"]
     assert topology.actor_queues == {}
+
+
+def test_a_replication_factor_is_given_to_every_quorum_queue_only_when_set() -> None:
+    ordered = ActorRoute("ledger", "default", profile="ordered", partitions=2)
+    fast = ActorRoute("ping", "default", profile="fire_and_forget")
+    actors = (CHARGE, ordered, fast)
+    unset = build(actors)
+    assert all("x-quorum-initial-group-size" not in q.arguments for q in unset.queues)
+    replicated = build_topology(
+        "ns", actors, queue_type="quorum", delivery_limit=20, delay_tiers_ms=(100,), quorum_initial_group_size=3
+    )
+    for queue in replicated.queues:
+        quorum = queue.arguments["x-queue-type"] == "quorum"
+        assert queue.arguments.get("x-quorum-initial-group-size") == (3 if quorum else None)
+        assert {**queue_named(unset, queue.name).arguments, **queue.arguments} == dict(queue.arguments)
+    assert {q.arguments["x-queue-type"] for q in replicated.queues} == {"quorum", "classic"}
+    classic = build_topology(
+        "ns", actors, queue_type="classic", delivery_limit=20, delay_tiers_ms=(100,), quorum_initial_group_size=3
+    )
+    assert all(
+        ("x-quorum-initial-group-size" in q.arguments) == (q.arguments["x-queue-type"] == "quorum")
+        for q in classic.queues
+    )

@@ -22,7 +22,7 @@ from dramatiq.errors import BrokerConnectionError, ConnectionFailed
 from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.broker.rabbitmq.confirms import Outgoing
-from pipelines.broker.rabbitmq.connections import Connections, configure_parameters, dramatiq_error
+from pipelines.broker.rabbitmq.connections import Connections, dramatiq_error, node_parameters
 from pipelines.broker.rabbitmq.consuming import Delivery, GroupConsumer
 from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
@@ -54,7 +54,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         middleware: list[dramatiq.Middleware] | None = None,
         marks: OnceMarks | None = None,
     ) -> None:
-        super().__init__(url=config.url, confirm_delivery=config.confirm_delivery, middleware=middleware)
+        super().__init__(url=list(config.node_urls), confirm_delivery=config.confirm_delivery, middleware=middleware)
         self.dead_letter_marks = DeadLetterMarks(marks)
         """Which deliveries were dead-lettered already (a redelivered copy is not dead-lettered again)."""
         self.config = config
@@ -62,7 +62,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self.outbound = outbound
         """Prepares every message before it is encoded (see ``pipelines.outbound``)."""
         self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
-        configure_parameters(self.parameters, config)
+        self.parameters = node_parameters(config)
         self.thread_connections = Connections(parameters=self.parameters, config=config)
         """Each thread's publishing connection (Dramatiq's own ``connections`` stay unused)."""
         self._topology = TopologyCache(namespace=namespace, config=config)

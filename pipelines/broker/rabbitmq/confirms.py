@@ -54,6 +54,11 @@ class Outgoing:
     """Wait for RabbitMQ's confirm (a batch of only unconfirmed messages does not wait at all)."""
 
 
+class ConfirmTimeout(TimeoutError):
+    """RabbitMQ did not confirm in time (a node cut off from its cluster, or a queue without a leader):
+    the batch is treated as interrupted, its unconfirmed messages sent again on another connection."""
+
+
 def _nothing() -> None:
     """A callback that only wakes the connection's event loop."""
 
@@ -145,9 +150,9 @@ class ConfirmPublisher:
             The message ids RabbitMQ returned as unroutable.
 
         Raises:
-            BatchInterrupted: The connection or channel broke; some messages may be confirmed.
+            BatchInterrupted: The connection or channel broke, or RabbitMQ did not confirm within
+                ``CONFIRM_TIMEOUT_S``; some messages may be confirmed.
             Refused: RabbitMQ nacked a message.
-            PublishError: RabbitMQ did not confirm in time.
         """
         first = self._next_tag
         try:
@@ -168,7 +173,7 @@ class ConfirmPublisher:
             deadline = time.monotonic() + CONFIRM_TIMEOUT_S
             while not self._is_settled(last):
                 if time.monotonic() > deadline:
-                    raise PublishError(f"RabbitMQ did not confirm {len(batch)} message(s) in {CONFIRM_TIMEOUT_S} s.")
+                    raise ConfirmTimeout(f"RabbitMQ did not confirm {len(batch)} message(s) in {CONFIRM_TIMEOUT_S} s")
                 self.connection.process_data_events(time_limit=1)
             self._awaited = 0
         except CONNECTION_ERRORS as e:

@@ -4,10 +4,14 @@ pika's connections are not thread-safe, so, as in Dramatiq, every thread that pu
 opened on first use and kept open: its confirm channel publishes, its plain channel declares and
 inspects (see ``confirms``). An idle connection may have been closed by the server for missed
 heartbeats, so declarations and inspections check it first and open another once if it died.
+
+With the nodes of a cluster configured, each new connection tries them all, starting at a random one
+(connections spread over the nodes), so a connection lost with its node is opened again on a live one.
 """
 
 from __future__ import annotations
 
+import random
 import ssl
 import threading
 from collections.abc import Callable
@@ -20,7 +24,6 @@ from pika.adapters.utils.connection_workflow import AMQPConnectorStackTimeout
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS, REFUSED_LOGIN, ConfirmPublisher
 from pipelines.config import BrokerConfig
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable
-from pipelines.masking import mask_url
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=BrokerError)
@@ -31,13 +34,21 @@ HANDSHAKE_TIMEOUT = (AMQPConnectorStackTimeout,)
 MAX_CONNECT_ATTEMPTS = 2
 
 
+def node_parameters(config: BrokerConfig) -> list[pika.URLParameters]:
+    """pika's parameters of every configured node, with the ``[broker]`` connection settings applied."""
+    nodes = [pika.URLParameters(url) for url in config.node_urls]
+    for parameters in nodes:
+        configure_parameters(parameters, config)
+    return nodes
+
+
 def configure_parameters(parameters: Any, config: BrokerConfig) -> None:
     """Apply the ``[broker]`` connection settings (heartbeat, retries, TLS) to pika's parameters."""
     parameters.heartbeat = config.heartbeat_s
     parameters.connection_attempts = config.connection_attempts
     parameters.retry_delay = config.retry_delay_s
     parameters.blocked_connection_timeout = config.blocked_connection_timeout_s
-    if config.url.startswith("amqps://") and (config.tls.ca_file or config.tls.cert_file):
+    if getattr(parameters, "ssl_options", None) is not None and (config.tls.ca_file or config.tls.cert_file):
         parameters.ssl_options = _ssl_options(config)
 
 
@@ -56,11 +67,17 @@ def dramatiq_error(kind: type[_E], text: str) -> _E:
 class Connections:
     """The publishing connection of each thread (see the module docstring)."""
 
-    def __init__(self, *, parameters: Any, config: BrokerConfig) -> None:
+    def __init__(self, *, parameters: list[Any], config: BrokerConfig) -> None:
         self.parameters = parameters
+        """Every node's connection parameters."""
         self.config = config
         self._local = threading.local()
         self._open: set[ConfirmPublisher] = set()
+
+    def candidates(self) -> list[Any]:
+        """The nodes in the order a new connection tries them: all of them, from a random one on."""
+        start = random.randrange(len(self.parameters))
+        return self.parameters[start:] + self.parameters[:start]
 
     def publisher(self) -> ConfirmPublisher:
         """This thread's publisher, on a new connection if it has none or its connection closed.
@@ -71,7 +88,7 @@ class Connections:
         publisher: ConfirmPublisher | None = getattr(self._local, "publisher", None)
         if publisher is None or not publisher.connection.is_open:
             try:
-                publisher = ConfirmPublisher(self.parameters, confirm=self.config.confirm_delivery)
+                publisher = ConfirmPublisher(self.candidates(), confirm=self.config.confirm_delivery)
             except CONNECTION_ERRORS as e:
                 raise self.unavailable(e) from None
             self._local.publisher = publisher
@@ -117,7 +134,7 @@ class Connections:
 
     def unavailable(self, error: BaseException) -> BrokerUnavailable:
         """``error`` as BrokerUnavailable (BrokerAccessRefused for a refused login), naming the masked URL."""
-        where = f"RabbitMQ at {mask_url(self.config.url)}"
+        where = f"RabbitMQ at {self.config.masked_url}"
         cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if isinstance(error, REFUSED_LOGIN):
             return BrokerAccessRefused(
@@ -131,6 +148,11 @@ class Connections:
                 "with the common limit of 1,024 open files). `rabbitmqctl eval 'file_handle_cache:info().'` "
                 "shows total_used against total_limit: delete unused queues (`rabbitmqctl list_queues name`, "
                 "`rabbitmqctl delete_queue NAME`) or raise its open-file limit, then restart it."
+            )
+        if len(self.config.node_urls) > 1:
+            return BrokerUnavailable(
+                f"No node of {where} answers ({cause}). Is a majority of the cluster running? "
+                "Check the node addresses in broker.url (or broker.urls)."
             )
         return BrokerUnavailable(
             f"{where} does not answer ({cause}). "

@@ -97,7 +97,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         """Actor queues to start consuming (queue → its actor, one at a time?), added from any thread."""
         self._pending_lock = threading.Lock()
         try:
-            self.connection = pika.BlockingConnection(broker.thread_connections.parameters)
+            self.connection = pika.BlockingConnection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None

@@ -52,7 +52,8 @@ class Declarer:
                         raise self.connections.unavailable(e) from None
                     raise TopologyMismatch(
                         f"RabbitMQ refuses to declare part of namespace {self.namespace!r}: {e.reply_text}. It "
-                        "exists with other arguments: an actor's profile or [broker] queue_type changed since. "
+                        "exists with other arguments: an actor's profile, [broker] queue_type or "
+                        "quorum_initial_group_size changed since. "
                         "Drain and delete the old queue (rabbitmqctl delete_queue NAME), or restore the setting."
                     ) from None
                 except CONNECTION_ERRORS as e:

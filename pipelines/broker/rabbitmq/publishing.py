@@ -1,14 +1,20 @@
 """Publishing batches under one confirm wait, and what to do when RabbitMQ does not take them.
 
-A batch whose connection broke is resent, minus what RabbitMQ had confirmed, on a fresh connection
-(at most ``MAX_PUBLISH_ATTEMPTS`` connections). Messages RabbitMQ returned as unroutable are resent
-once after declaring the topology again (a queue may have been deleted under a running producer);
-returned again, they are Unroutable. A refused publish names the full queue when a max length is why.
+A batch whose connection broke, or that RabbitMQ did not confirm in time, is resent, minus what
+RabbitMQ had confirmed, on a fresh connection (at most ``MAX_PUBLISH_ATTEMPTS`` connections; on a
+cluster each tries every node, so a batch sent to a node that died or was cut off goes to a live one).
+A message is reported published only once confirmed: one sent twice (confirmed the second time, after
+the first went through unconfirmed) is absorbed by the step claims and idempotency keys. Messages
+RabbitMQ nacked are sent again the same way, after a pause, for up to ``REFUSED_RETRY_S``, unless a
+full queue refused them (a refused publish names the full queue when a max length is why). Messages
+RabbitMQ returned as unroutable are resent once after declaring the topology again (a queue may have
+been deleted under a running producer); returned again, they are Unroutable.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from pipelines.broker.rabbitmq.confirms import BatchInterrupted, Outgoing, Refused
@@ -22,6 +28,11 @@ logger = logging.getLogger(__name__)
 
 #: How many connections a batch is tried on before BrokerUnavailable.
 MAX_PUBLISH_ATTEMPTS = 3
+#: How long messages RabbitMQ nacks (without a full queue) are sent again, pausing between tries from
+#: the first pause, doubled each time up to the longest: longer than a quorum queue's leader election.
+REFUSED_RETRY_S = 15.0
+REFUSED_FIRST_PAUSE_S = 0.1
+REFUSED_MAX_PAUSE_S = 2.0
 
 
 class Publishing:
@@ -39,20 +50,38 @@ class Publishing:
 
         Raises:
             Unroutable: No queue is bound for a message's routing key, even after declaring again.
-            QueueFull: A queue at its max length refused a message (other refusals: PublishError).
+            QueueFull: A queue at its max length refused a message (other refusals, still refused
+                after ``REFUSED_RETRY_S``: PublishError).
             BrokerUnavailable: RabbitMQ did not answer after ``MAX_PUBLISH_ATTEMPTS`` connections.
         """
         remaining = batch
         redeclared = False
-        for attempt in range(1, MAX_PUBLISH_ATTEMPTS + 1):
+        attempt = 0
+        refused_until: float | None = None
+        pause_s = REFUSED_FIRST_PAUSE_S
+        while True:
+            attempt += 1
             try:
                 returned = self.connections.publisher().publish(remaining)
             except Refused as e:
-                raise self._refusal(e) from None
+                refusal = self._refusal(e)
+                refused_until = refused_until or time.monotonic() + REFUSED_RETRY_S
+                if isinstance(refusal, QueueFull) or time.monotonic() + pause_s > refused_until:
+                    raise refusal from None
+                # A nack without a full queue: a quorum queue without a leader for a moment (its node
+                # was lost and the others are electing one). Later, on a new connection, it takes them.
+                self.connections.drop()
+                self.count += len(remaining) - len(e.items)
+                remaining = e.items
+                logger.warning("RabbitMQ refused %d message(s); retrying them in %.1f s.", len(remaining), pause_s)
+                time.sleep(pause_s)
+                pause_s = min(2 * pause_s, REFUSED_MAX_PAUSE_S)
+                attempt -= 1  # a refusal is not a connection that failed
+                continue
             except BatchInterrupted as e:
                 self.connections.drop()
                 remaining = [item for i, item in enumerate(remaining) if i not in e.confirmed]
-                if attempt == MAX_PUBLISH_ATTEMPTS:
+                if attempt >= MAX_PUBLISH_ATTEMPTS:
                     raise self.connections.unavailable(e.cause) from None
                 logger.warning("Publish interrupted (%s); retrying %d message(s).", e.cause, len(remaining))
                 continue
@@ -60,7 +89,7 @@ class Publishing:
             if not returned:
                 return
             remaining = [item for item in remaining if item.message_id in returned]
-            if redeclared or attempt == MAX_PUBLISH_ATTEMPTS:
+            if redeclared or attempt >= MAX_PUBLISH_ATTEMPTS:
                 keys = sorted({item.routing_key for item in remaining})
                 raise Unroutable(
                     f"No queue in namespace {self.declarer.namespace!r} is bound for {', '.join(keys)}: no declared "

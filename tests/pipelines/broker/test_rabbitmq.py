@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import time
@@ -205,6 +206,42 @@ def test_an_amqps_url_turns_on_tls(backend: str) -> None:
     )
     broker: Any = build_app(settings).broker
 
-    parameters = broker.parameters
+    (parameters,) = broker.parameters
     assert parameters.ssl_options is not None
     assert (parameters.host, parameters.port) == ("rabbit.example", 5671)
+
+
+def test_with_several_node_urls_a_node_that_does_not_answer_is_passed_over(
+    make_app: Any, start_worker: Any, backend: str
+) -> None:
+    down = "amqp://guest:s3cret@127.0.0.1:1/%2F"
+    live = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+    app = make_app(broker={"url": f"{down},{live}", "connection_attempts": 1})
+    done: list[int] = []
+    dramatiq.actor(actor_name="record", broker=app.broker)(done.append)
+    start_worker(app)
+    for n in range(20):  # each thread's connection starts at a node picked at random
+        app.broker.get_actor("record").send(n)
+    deadline = time.monotonic() + TIMEOUT_S
+    while sorted(done) != list(range(20)):
+        assert time.monotonic() < deadline, f"ran {sorted(done)}"
+        time.sleep(0.05)
+
+
+def test_when_no_node_answers_the_error_names_every_node_with_its_password_masked(backend: str) -> None:
+    nodes = [f"amqp://guest:s3cret@127.0.0.1:{port}/%2F" for port in (1, 2)]
+    app = build_app(
+        Settings.model_validate(
+            {
+                "namespace": "unreachable",
+                "broker": {"urls": nodes, "connection_attempts": 1},
+                "store": {"url": "memory://"},
+            }
+        )
+    )
+    dramatiq.actor(actor_name="noop", broker=app.broker)(lambda: None)
+    with pytest.raises(BrokerUnavailable) as raised:
+        app.broker.enqueue(app.broker.get_actor("noop").message())
+    masked = "amqp://guest:***@127.0.0.1:1/%2F, amqp://guest:***@127.0.0.1:2/%2F"
+    assert f"No node of RabbitMQ at {masked} answers" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
