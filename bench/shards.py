@@ -3,13 +3,16 @@
     python -m bench.shards redis+cluster://127.0.0.1:7000 [--runs 10000]
 
 Creates ``--runs`` three-step chain runs (and claims and completes their first step) in a namespace of
-its own, then prints, per primary: its keys and the commands it served meanwhile (``INFO
-commandstats``), each as a ratio to an even share. The namespace is deleted afterwards.
+its own, then prints, per primary: its keys, the commands it served meanwhile (``INFO commandstats``)
+and the memory the runs take (``used_memory``), keys and commands also as ratios to an even share; and
+how many runs per second the store took (each run created, its first step claimed and completed, one
+call at a time). The namespace is deleted afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from collections.abc import Mapping
 
@@ -42,6 +45,8 @@ def main() -> None:
     client.ping()
     primaries = _primaries(client)
     before = {name: _commands(node) for name, node in primaries.items()}
+    memory_before = {name: int(node.info("memory")["used_memory"]) for name, node in primaries.items()}
+    started = time.perf_counter()
     try:
         for first in range(0, options.runs, BATCH):
             runs = [
@@ -58,6 +63,10 @@ def main() -> None:
             for run in runs:
                 store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
                 store.complete_step(run.run_id, "0", (), "1")
+        elapsed = time.perf_counter() - started
+        memory = {
+            name: int(node.info("memory")["used_memory"]) - memory_before[name] for name, node in primaries.items()
+        }
         keys = {
             name: sum(1 for _ in node.scan_iter(match=f"{namespace}:*", count=1000)) for name, node in primaries.items()
         }
@@ -66,13 +75,16 @@ def main() -> None:
         store.delete_namespace()
         store.close()
         client.close()
-    print(f"{options.runs} runs over {len(primaries)} primaries (ratio: share / even share)")
-    print(f"{'primary':<22}{'keys':>10}{'ratio':>8}{'commands':>12}{'ratio':>8}")
+    print(
+        f"{options.runs} runs over {len(primaries)} primaries in {elapsed:.1f} s ({options.runs / elapsed:.0f} runs/s "
+        "created, claimed and completed one call at a time); ratio: share / even share"
+    )
+    print(f"{'primary':<22}{'keys':>10}{'ratio':>8}{'commands':>12}{'ratio':>8}{'memory MB':>11}")
     even_keys, even_commands = sum(keys.values()) / len(keys), sum(commands.values()) / len(commands)
     for name in sorted(primaries):
         print(
             f"{name:<22}{keys[name]:>10}{keys[name] / even_keys:>8.2f}"
-            f"{commands[name]:>12}{commands[name] / even_commands:>8.2f}"
+            f"{commands[name]:>12}{commands[name] / even_commands:>8.2f}{memory[name] / 1e6:>11.1f}"
         )
 
 
