@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from actors import app as configured_app
 from pipelines.app import App
-from pipelines.cli import format_status
+from pipelines.cli.status import format_status
 from pipelines.config import Settings
 from pipelines.masking import mask_url
 from pipelines.runs import Run
@@ -83,7 +83,7 @@ def run_demo(app: App) -> int:
             print(f"\n== {title}")
             began = time.perf_counter()
             status = start().wait(RUN_TIMEOUT_S)
-            print(format_status(status))
+            print(format_status(status, app.store.run_continuations(status.run_id)))
             print(f"  (submitted to finished: {time.perf_counter() - began:.3f} s)")
             failures += status.state != "succeeded"
     print(f"\n{'All demo runs succeeded.' if not failures else f'{failures} demo run(s) did not succeed.'}")

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         DeadLetterNotFound,
         DefinitionError,
         InvalidActorOption,
+        InvalidQuery,
         MessageTooLarge,
         PipelinesError,
         PublishError,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from pipelines.priority import DEFAULT_PRIORITY, HIGH_PRIORITY, LOW_PRIORITY
     from pipelines.progress import check_cancelled, report_progress
     from pipelines.runs import Run
-    from pipelines.store.base import RunStatus, StepStatus
+    from pipelines.store.base import RunPage, RunStatus, RunSummary, StepStatus
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -78,6 +79,7 @@ __all__ = [
     "DeadLetterQueues",
     "DefinitionError",
     "InvalidActorOption",
+    "InvalidQuery",
     "MessageTooLarge",
     "NoEffectKey",
     "Node",
@@ -91,7 +93,9 @@ __all__ = [
     "RunError",
     "RunFailed",
     "RunNotFound",
+    "RunPage",
     "RunStatus",
+    "RunSummary",
     "RunTimeout",
     "ServiceUnavailable",
     "Settings",
@@ -150,6 +154,7 @@ _MODULES = {
         "DeadLetterNotFound",
         "DefinitionError",
         "InvalidActorOption",
+        "InvalidQuery",
         "MessageTooLarge",
         "PipelinesError",
         "PublishError",
@@ -169,7 +174,7 @@ _MODULES = {
     "pipelines.priority": ("DEFAULT_PRIORITY", "HIGH_PRIORITY", "LOW_PRIORITY"),
     "pipelines.progress": ("check_cancelled", "report_progress"),
     "pipelines.runs": ("Run",),
-    "pipelines.store.base": ("RunStatus", "StepStatus"),
+    "pipelines.store.base": ("RunPage", "RunStatus", "RunSummary", "StepStatus"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 

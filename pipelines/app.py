@@ -7,7 +7,6 @@ its broker Dramatiq's broker, which is how actors declared with ``@dramatiq.acto
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 import threading
@@ -17,11 +16,9 @@ from typing import Any
 
 import dramatiq
 from dramatiq.common import current_millis
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from periodiq import CronSpec, PeriodiqMiddleware
+from periodiq import CronSpec
 
 from pipelines import options as opt
 from pipelines import telemetry
@@ -32,119 +29,20 @@ from pipelines.config import Settings, load_settings
 from pipelines.current import current_app, get_app, set_app
 from pipelines.dlq import DeadLetterQueues
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
-from pipelines.middleware import (
-    ActorTimeLimit,
-    Backoff,
-    CorrelationId,
-    DeadLetter,
-    Idempotency,
-    Leases,
-    Metrics,
-    Payloads,
-    PipelineSteps,
-    Profiles,
-    RateLimits,
-    Schedules,
-    Timeout,
-    Tracing,
-)
-from pipelines.middleware.backoff import import_exceptions
+from pipelines.loading import load_app_modules
 from pipelines.outbound import Outbound
 from pipelines.profiles import MissedPolicy
-from pipelines.rate_limits import Rate, RateLimiter, parse_rate, pipeline_key, slot_grace_ms
+from pipelines.rate_limits import Rate, RateLimiter, parse_rate, pipeline_key
+from pipelines.run_query import Time, check_limit, run_query
 from pipelines.runs import Run
 from pipelines.runtime import Runtime
-from pipelines.schedules import SCHEDULE_SKIP_DELAY_S, pipeline_starter
+from pipelines.schedules import pipeline_starter
 from pipelines.sealing import Sealer
+from pipelines.stack import build_middleware
 from pipelines.store import RunStore, make_store
+from pipelines.store.base import RunPage
 
 __all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
-
-#: Longest the framework's own actors (lease watchdog, schedule check) may run, in seconds.
-SYSTEM_ACTOR_TIMEOUT_S = 60.0
-
-
-def build_middleware(
-    settings: Settings, runtime: Runtime, store: RunStore, *, tracer: trace.Tracer | None = None
-) -> list[dramatiq.Middleware]:
-    """The middleware of every broker, in order.
-
-    ``before_*`` hooks run top to bottom, ``after_*`` hooks bottom to top, so:
-
-    - ``Profiles`` is first: it checks an actor's profile and fills in its defaults when the actor is
-      declared, before the other middleware read them (it has no message hooks).
-    - ``CorrelationId`` is first: its context is set before any other hook logs, and cleared last.
-    - ``Tracing`` (with ``[telemetry] enabled``) comes next: its span covers everything below, and
-      every publish made while a message is processed is a child of that message's span.
-    - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
-      others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
-    - ``Timeout`` comes before ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``), which enforces the limit
-      it sets.
-    - ``ActorTimeLimit`` is last: it arms the limit when the actor's function starts and disarms it
-      when the function returns, so it interrupts only the actor, never a claim, the record of a step
-      that finished or the worker's own failure handling (a limit that fired there after a stall made
-      a step that had done its work run again, or killed the worker thread holding its message).
-    - ``Payloads`` opens sealed arguments and validates typed payloads before anything reads them
-      (idempotency keys are computed from what the actor will get).
-    - ``RateLimits`` takes a rate-limit slot before ``Idempotency`` and ``PipelineSteps`` claim
-      anything: a message it puts off until its slot has claimed nothing that would hold it up later.
-    - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
-      ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
-      released) or scheduled another attempt.
-    - ``Leases`` comes after both: a long-running job is acknowledged and leased only once it is sure
-      to run, and its lease is closed after ``Backoff`` decided on a retry.
-    - ``DeadLetter`` only acts just before a rejection, which comes after every other hook.
-    - ``Schedules`` comes after periodiq's middleware, which skips ticks that arrive too late: only a
-      tick that will run is claimed.
-
-    Dramatiq's ``Callbacks`` and ``Pipelines`` stay, so its ``pipeline()`` and ``on_success``/
-    ``on_failure`` keep working; ``Backoff`` replaces its ``Retries`` (same actor options).
-    """
-    observing: list[dramatiq.Middleware] = []
-    # The framework's own actors (lease watchdog, schedule check) are quick: a short time limit.
-    system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
-    schedules = Schedules(store=store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s)
-    if tracer is not None:
-        observing.append(Tracing(tracer=tracer, namespace=settings.namespace))
-    if settings.metrics.enabled:
-        metrics = Metrics(config=settings.metrics, namespace=settings.namespace, serve=serve_metrics)
-        runtime.listeners.append(metrics)
-        schedules.listeners.append(metrics.ticks_missed)
-        observing.append(metrics)
-    return [
-        Profiles(config=settings.profiles),
-        CorrelationId(logging=settings.logging),
-        *observing,
-        AgeLimit(),
-        Timeout(default_s=settings.worker.time_limit_s, consumer_timeout_s=settings.broker.consumer_timeout_s),
-        ShutdownNotifications(),
-        Callbacks(),
-        Pipelines(),
-        Payloads(sealer=runtime.sealer),
-        RateLimits(limiter=RateLimiter(store), grace_ms=slot_grace_ms(settings.broker.delay_tiers_s[0])),
-        Idempotency(
-            store=store,
-            lease_s=settings.store.step_lease_s,
-            retention_s=settings.store.idempotency_retention_s,
-        ),
-        PipelineSteps(runtime=runtime),
-        Leases(
-            runtime=runtime,
-            store=store,
-            default_max_retries=settings.retries.max_retries,
-            system_timeout_s=system_timeout_s,
-        ),
-        Backoff(
-            max_retries=settings.retries.max_retries,
-            min_backoff_ms=int(settings.retries.min_backoff_s * 1000),
-            max_backoff_ms=int(settings.retries.max_backoff_s * 1000),
-            permanent=import_exceptions(settings.retries.permanent_errors),
-        ),
-        DeadLetter(),
-        PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
-        schedules,
-        ActorTimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
-    ]
 
 
 @dataclass
@@ -160,6 +58,9 @@ class App:
     rate_limits: dict[str, Rate] = field(default_factory=dict)
     _bridge: AsyncBridge | None = field(default=None, init=False, repr=False)
     _bridge_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _modules_loaded: bool = field(default=False, init=False, repr=False, compare=False)
+    # Re-entrant: the actors module being imported may configure the app and look a pipeline up.
+    _loading: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False, compare=False)
 
     def register(self, name: str, pipeline: object, *, rate_limit: str | None = None) -> None:
         """Register a pipeline (or a factory that builds one from the run's arguments) under ``name``.
@@ -180,10 +81,14 @@ class App:
         idempotency_key: str | None = None,
         name: str | None = None,
         deadline_s: float | None = None,
+        on_created: Callable[[str, bool], None] | None = None,
     ) -> Run[R]:
         """Start a run of a pipeline built on the spot (see ``Node.run_with_options``).
 
-        The run's result is typed as the pipeline's last step returns (``Run[R]``).
+        The run's result is typed as the pipeline's last step returns (``Run[R]``). Without ``name``
+        the run is named after its first and last actors (``charge>...>notify``). ``on_created(run id,
+        created)`` is called as soon as the run is recorded, before its first steps are published; a
+        start that fails or is interrupted (Ctrl-C) after that marks the run failed with the reason.
         """
         delay_ms = first_options = None
         if name in self.rate_limits:
@@ -201,6 +106,7 @@ class App:
             deadline_s=deadline_s,
             delay_ms=delay_ms,
             first_options=first_options,
+            on_created=on_created,
         )
         return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
 
@@ -228,20 +134,42 @@ class App:
         Raises:
             UnknownPipeline: Nothing is registered under ``name``.
         """
-        try:
-            entry = self.pipelines[name]
-        except KeyError:
-            known = ", ".join(sorted(self.pipelines)) or "none"
-            raise UnknownPipeline(f"No pipeline is registered as {name!r} (registered: {known}).") from None
-        if isinstance(entry, Node):
-            return self.start(
-                entry, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name, deadline_s=deadline_s
-            )
-        try:
-            inspect.signature(entry).bind(*args, **kwargs)
-        except TypeError as e:
-            raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
-        return self.start(entry(*args, **kwargs), idempotency_key=idempotency_key, name=name, deadline_s=deadline_s)
+        return self.start_registered(
+            name, args=args, kwargs=kwargs, idempotency_key=idempotency_key, deadline_s=deadline_s
+        )
+
+    def start_registered(
+        self,
+        name: str,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        deadline_s: float | None = None,
+        on_created: Callable[[str, bool], None] | None = None,
+    ) -> Run:
+        """:meth:`run` with its arguments as values, and ``on_created`` as for :meth:`start`.
+
+        Raises:
+            UnknownPipeline: Nothing is registered under ``name``.
+            DefinitionError: The arguments do not fit the pipeline's factory.
+        """
+        entry = self.pipeline(name)
+        if not isinstance(entry, Node):
+            try:
+                inspect.signature(entry).bind(*args, **(kwargs or {}))
+            except TypeError as e:
+                raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
+            entry, args, kwargs = entry(*args, **(kwargs or {})), (), None
+        return self.start(
+            entry,
+            args=args,
+            kwargs=kwargs,
+            idempotency_key=idempotency_key,
+            name=name,
+            deadline_s=deadline_s,
+            on_created=on_created,
+        )
 
     def schedule(
         self, name: str, spec: CronSpec, *args: Any, missed: MissedPolicy = "skip", **kwargs: Any
@@ -256,6 +184,29 @@ class App:
         starter = pipeline_starter(self.run, name, args, kwargs)
         declare = dramatiq.actor(broker=self.broker, actor_name=actor_name, periodic=spec, missed=missed)
         return declare(starter)
+
+    def runs(
+        self,
+        *,
+        state: str | None = None,
+        pipeline: str | None = None,
+        since: Time | None = None,
+        key: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        until: Time | None = None,
+    ) -> RunPage:
+        """Find retained runs, newest first: all, or those in ``state``, of ``pipeline``, started since
+        ``since`` (``15m``, ``2h``, ``7d``, an ISO 8601 date, epoch ms or a datetime) and before ``until``, or
+        started by ``key``.
+
+        Pass a page's ``cursor`` to get the next one (None: it was the last).
+
+        Raises:
+            InvalidQuery: An unknown state, a ``since`` that is not a time, a bad limit or cursor.
+        """
+        query = run_query(state=state, pipeline=pipeline, since=since, key=key, until=until)
+        return self.store.find_runs(query, limit=check_limit(limit), cursor=cursor)
 
     def run_for_key(self, idempotency_key: str) -> Run | None:
         """The run an idempotency key started, if it is still retained."""
@@ -319,20 +270,46 @@ class App:
         """:meth:`publish` for asyncio code."""
         return await self.aio().call(self.publish, topic, payload)
 
+    def pipeline(self, name: str) -> Node | Callable[..., Node]:
+        """The pipeline registered as ``name``, or its factory.
+
+        A name not registered in this process loads the ``[app]`` modules first (once), so a producer,
+        a worker and the CLI all find the pipelines registered where the app is configured.
+
+        Raises:
+            UnknownPipeline: Nothing is registered under ``name``, even with the ``[app]`` modules loaded.
+        """
+        if name not in self.pipelines:
+            try:
+                self.load_modules()
+            except ConfigError as e:
+                known = ", ".join(sorted(self.pipelines)) or "none"
+                raise UnknownPipeline(
+                    f"No pipeline is registered as {name!r} (registered: {known}), and loading the [app] "
+                    f"modules to look for it failed: {e}"
+                ) from None
+        try:
+            return self.pipelines[name]
+        except KeyError:
+            known = ", ".join(sorted(self.pipelines)) or "none"
+            raise UnknownPipeline(
+                f"No pipeline is registered as {name!r} (registered: {known}). Register it with "
+                f"app.register({name!r}, ...) in {self.settings.app.actors!r} (app.actors), or name a mapping "
+                "of pipelines in app.pipelines."
+            ) from None
+
     def load_modules(self) -> None:
-        """Import the actors and the registered pipelines named in the ``[app]`` config section.
+        """Import the actors and the registered pipelines named in the ``[app]`` config section (once).
 
         Raises:
             ConfigError: A module or attribute named there does not exist.
         """
-        _import(self.settings.app.actors, "app.actors")
-        if self.settings.app.pipelines is None:
-            return  # the actors module registers its pipelines itself (app.register)
-        registry = _import(self.settings.app.pipelines, "app.pipelines")
-        if not isinstance(registry, Mapping):
-            raise ConfigError(f"app.pipelines = {self.settings.app.pipelines!r} is not a mapping of name to pipeline.")
-        for name, node in registry.items():
-            self.register(name, node)
+        with self._loading:
+            if self._modules_loaded:
+                return
+            for name, node in load_app_modules(self.settings.app).items():
+                self.register(name, node)
+            self._modules_loaded = True
 
     def close(self) -> None:
         if self._bridge is not None:
@@ -341,20 +318,6 @@ class App:
             self.tracer_provider.shutdown()  # exports what the batch processor still holds
         self.broker.close()
         self.store.close()
-
-
-def _import(path: str, key: str) -> Any:
-    module_name, _, attribute = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"{key} = {path!r}: cannot import {module_name!r} ({e}).") from None
-    if not attribute:
-        return module
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ConfigError(f"{key} = {path!r}: module {module_name!r} has no {attribute!r}.") from None
 
 
 def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) -> App:
@@ -386,13 +349,6 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
         settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware, marks=store
     )
     return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
-
-
-def serve_metrics() -> int:
-    """The `dramatiq` CLI's metrics process (see ``pipelines.exposition``); runs until stopped."""
-    from pipelines.exposition import serve
-
-    return serve()
 
 
 def configure(settings: Settings | None = None) -> App:

@@ -210,3 +210,24 @@ def chord(members: object, then: Ending[R]) -> Chain[R]:
     """
     header = members if isinstance(members, Parallel) else group(members)
     return Chain((header, as_node(then)))
+
+
+def shape_name(node: Node) -> str:
+    """A name for a run started without one (``app.start(node)``), from the actors it calls.
+
+    ``charge`` for one actor, ``charge>ship`` for two, ``charge>...>notify`` for more (first and last,
+    in plan order). Built from actor names only, never from how many members a group has, so it stays
+    a small set of names per application (it is a metrics label).
+    """
+    actors: list[str] = []
+    pending: list[Node] = [node]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, Step):
+            if current.actor_name not in actors:
+                actors.append(current.actor_name)
+        elif isinstance(current, Chain | Parallel):
+            pending[:0] = current.children
+    if len(actors) <= 2:
+        return ">".join(actors)
+    return f"{actors[0]}>...>{actors[-1]}"

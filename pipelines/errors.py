@@ -15,6 +15,7 @@ PipelinesError
 │   ├── MessageTooLarge    its body is over broker.max_message_bytes
 │   └── QueueFull          a queue at its max_length refused it
 ├── ResultTooLarge         a step returned more than store.max_result_bytes
+├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
 │   └── CannotReplay       malformed, or its run has ended or expired
@@ -109,6 +110,10 @@ class QueueFull(PublishError):
 
 class MessageTooLarge(PublishError):
     """The encoded message is larger than ``broker.max_message_bytes``."""
+
+
+class InvalidQuery(PipelinesError):
+    """A search for runs (``app.runs``, ``pipelines runs``) names a bad state, time or cursor."""
 
 
 class ResultTooLarge(PipelinesError):

@@ -123,8 +123,13 @@ def once_key(namespace: str, key: str) -> str:
 
 
 def recent_runs_key(namespace: str) -> str:
-    """Run-store key of the index of the namespace's most recent runs (newest 1,000)."""
+    """Run-store key of the index of the namespace's retained runs by creation time (epoch ms)."""
     return f"{namespace}:runs"
+
+
+def pipeline_runs_key(namespace: str, pipeline: str) -> str:
+    """Run-store key of the index of the namespace's retained runs of ``pipeline`` by creation time."""
+    return f"{namespace}:runs:p:{pipeline}"
 
 
 def lease_key(namespace: str, lease_id: str) -> str:

@@ -8,12 +8,10 @@ the claim and one for the decision (barrier and next step together), and one con
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import dramatiq
@@ -23,117 +21,23 @@ from opentelemetry import context, propagate, trace
 from pipelines import options as opt
 from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
-from pipelines.composition import Node
+from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id
-from pipelines.errors import (
-    DefinitionError,
-    PipelinesError,
-    ResultTooLarge,
-    ServiceUnavailable,
-    UnknownActor,
-    error_name,
-)
-from pipelines.naming import MAX_NAME_BYTES, run_id_for_key
+from pipelines.errors import ResultTooLarge, ServiceUnavailable, UnknownActor, error_name
+from pipelines.naming import run_id_for_key
 from pipelines.plan import Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
+from pipelines.step_messages import StepInput, _check_arguments, step_messages
 from pipelines.store.base import Advance, Claim, NewRun
 from pipelines.store.roles import RunSteps
+
+__all__ = ["RunListener", "Runtime", "StepInput", "step_messages"]
 
 logger = logging.getLogger(__name__)
 
 #: Most members a chord callback's span links to: the OpenTelemetry SDK's default link limit, and
 #: what keeps the callback message of a chord with thousands of members small.
 MAX_TRACE_LINKS = 128
-
-
-@dataclass(frozen=True, slots=True)
-class StepInput:
-    """What every step started together receives after its own bound arguments."""
-
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] | None = None
-
-
-def step_messages(
-    leaves: Sequence[Leaf], *, run_id: str, pipeline: str, given: StepInput
-) -> list[dramatiq.Message[Any]]:
-    """The messages that start ``leaves``: leaves of different actors share one fan-out message.
-
-    A queue receives one copy of a publish, so two leaves of the same actor (a ``map``) need two
-    messages; leaves of different actors are packed into as few messages as routing-key length allows.
-    """
-    bins: list[list[Leaf]] = []
-    key_bytes: list[int] = []
-    next_bin: dict[str, int] = {}
-    for leaf in leaves:
-        size = len(leaf.actor_name.encode()) + 1
-        index = next_bin.get(leaf.actor_name, 0)
-        while index < len(bins) and key_bytes[index] + size > MAX_NAME_BYTES + 1:
-            index += 1
-        if index == len(bins):
-            bins.append([])
-            key_bytes.append(0)
-        bins[index].append(leaf)
-        key_bytes[index] += size
-        next_bin[leaf.actor_name] = index + 1
-    return [_message(group, run_id, pipeline, given) for group in bins]
-
-
-def _step_options(leaf: Leaf, run_id: str) -> dict[str, Any]:
-    return {**leaf.options, opt.STEP: StepAddress(run_id, leaf.node, leaf.up).to_option()}
-
-
-def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -> dramatiq.Message[Any]:
-    shared_kwargs = dict(given.kwargs or {})
-    if len(leaves) == 1:
-        leaf = leaves[0]
-        ignore = leaf.options.get(opt.PIPE_IGNORE)
-        return dramatiq.Message(
-            queue_name=leaf.queue_name,
-            actor_name=leaf.actor_name,
-            args=leaf.args if ignore else (*leaf.args, *given.args),
-            kwargs=dict(leaf.kwargs) if ignore else {**leaf.kwargs, **shared_kwargs},
-            options={**_step_options(leaf, run_id), opt.PIPELINE: pipeline},
-        )
-    branches = {
-        leaf.actor_name: {
-            "args": list(leaf.args),
-            "kwargs": dict(leaf.kwargs),
-            "options": _step_options(leaf, run_id),
-        }
-        for leaf in leaves
-    }
-    return dramatiq.Message(
-        queue_name="",
-        actor_name="",
-        args=given.args,
-        kwargs=shared_kwargs,
-        options={opt.BRANCHES: branches, opt.PIPELINE: pipeline},
-    )
-
-
-def _check_arguments(broker: PipelineBroker, leaves: Sequence[Leaf], given: StepInput) -> None:
-    """Refuse to start a run whose steps would be called with arguments their actor does not take.
-
-    Raises:
-        DefinitionError: Naming the step, the actor and Python's reason.
-    """
-    checked: set[tuple[str, int, frozenset[str]]] = set()
-    for leaf in leaves:
-        ignore = leaf.options.get(opt.PIPE_IGNORE)
-        args = leaf.args if ignore else (*leaf.args, *given.args)
-        kwargs = dict(leaf.kwargs) if ignore else {**leaf.kwargs, **(given.kwargs or {})}
-        shape = (leaf.actor_name, len(args), frozenset(kwargs))
-        if shape in checked:
-            continue
-        checked.add(shape)
-        try:
-            inspect.signature(broker.actors[leaf.actor_name].fn).bind(*args, **kwargs)
-        except TypeError as e:
-            raise DefinitionError(
-                f"Arguments do not fit step {leaf.node} ({leaf.actor_name}): {e}. Steps after the first also "
-                "receive the previous result as their last argument (or set pipe_ignore=True)."
-            ) from None
 
 
 class RunListener(Protocol):
@@ -183,6 +87,7 @@ class Runtime:
         deadline_s: float | None = None,
         delay_ms: int | None = None,
         first_options: Mapping[str, Any] | None = None,
+        on_created: Callable[[str, bool], None] | None = None,
     ) -> tuple[str, bool]:
         """Record a run of ``node`` and publish its first steps (after ``delay_ms``, if given).
 
@@ -197,7 +102,7 @@ class Runtime:
             UnknownActor: A step names an actor the broker does not know.
             DefinitionError: Arguments that are not JSON.
             PublishError, BrokerUnavailable, StoreUnavailable: The run could not start (if it was
-                recorded, it is marked failed with the reason).
+                recorded, it is marked failed with the reason, as it is when a Ctrl-C interrupts the start).
         """
         started = self.start_many(
             broker,
@@ -207,6 +112,7 @@ class Runtime:
             deadline_s=deadline_s,
             delay_ms=delay_ms,
             first_options=first_options,
+            on_created=on_created,
         )
         return started[0]
 
@@ -220,21 +126,24 @@ class Runtime:
         deadline_s: float | None = None,
         delay_ms: int | None = None,
         first_options: Mapping[str, Any] | None = None,
+        on_created: Callable[[str, bool], None] | None = None,
     ) -> list[tuple[str, bool]]:
         """Start several runs with one store round trip and one confirmed publish (see :meth:`start`).
 
         Each ``runs`` item is (pipeline, args, kwargs). With tracing, each run gets a root span of its
         own, a child of the caller's current span. ``first_options`` are added to every first-step
         message (a pipeline's rate limit and the slot reserved for the run).
+        ``on_created(run id, created)`` is called once the store has recorded each run, before anything
+        is published (a slow broker does not hide the id).
         """
-        pipeline = name or "adhoc"
+        names = [name or shape_name(node) for node, _, _ in runs]
         spans: list[trace.Span] = []
         if self.tracer is not None:
             spans = [
                 self.tracer.start_span(
                     f"run {pipeline}", kind=trace.SpanKind.PRODUCER, attributes={"pipeline.name": pipeline}
                 )
-                for _ in runs
+                for pipeline in names
             ]
         try:
             prepared = [
@@ -243,14 +152,23 @@ class Runtime:
                     node,
                     args,
                     kwargs,
-                    pipeline=pipeline,
+                    pipeline=names[index],
                     idempotency_key=idempotency_key,
                     deadline_s=deadline_s,
                     span=spans[index] if spans else None,
                 )
                 for index, (node, args, kwargs) in enumerate(runs)
             ]
-            outcomes = self.store.create_runs([record for record, _ in prepared])
+            try:
+                outcomes = self.store.create_runs([record for record, _ in prepared])
+            except BaseException as e:
+                # Interrupted (Ctrl-C) or cut off while the store wrote: a run it did record must not stay
+                # pending with nothing published (an unknown id is left alone, an existing key's run too).
+                self._fail_unstarted([(record.run_id, True) for record, _ in prepared], e)
+                raise
+            if on_created is not None:
+                for run_id, created in outcomes:
+                    on_created(run_id, created)
             messages = [m for (_, batch), (_, made) in zip(prepared, outcomes, strict=True) if made for m in batch]
             if first_options:
                 messages = [m.copy(options=dict(first_options)) for m in messages]
@@ -274,14 +192,25 @@ class Runtime:
         token = context.attach(context.Context()) if traced else None
         try:
             broker.enqueue_many(messages, delay=delay_ms)
-        except PipelinesError as e:
-            for run_id, created in outcomes:
-                if created:
-                    self.store.fail_run(run_id, f"{type(e).__name__}: {e}")
+        except BaseException as e:
+            # Not only PublishError: Ctrl-C or any other error mid-publish leaves no run pending forever.
+            self._fail_unstarted(outcomes, e)
             raise
         finally:
             if token is not None:
                 context.detach(token)
+
+    def _fail_unstarted(self, outcomes: Sequence[tuple[str, bool]], error: BaseException) -> None:
+        """Mark the runs this start created failed, with why their first steps were not all published."""
+        why = "interrupted" if isinstance(error, KeyboardInterrupt) else f"{error_name(error)}: {error}"
+        reason = f"The run could not be started: {why}".rstrip(": ")
+        for run_id, created in outcomes:
+            if not created:
+                continue
+            try:
+                self.store.fail_run(run_id, reason)
+            except Exception as store_error:  # the store is what failed: say so on the error raised
+                error.add_note(f"Run {run_id} may stay pending until its retention: {store_error}")
 
     def _prepare(
         self,

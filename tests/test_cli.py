@@ -107,9 +107,14 @@ def test_status_shows_a_run_and_its_steps_also_as_json(env: dict[str, str]) -> N
 
     assert text.returncode == 0, text.stderr
     assert f"run {run_id}  thumbnails  succeeded" in text.stdout
+    # The pipeline's shape: a chain whose middle is a group of three thumbnails.
+    assert re.search(r"chain  5 succeeded\n.*0\.0 fetch_image  succeeded", text.stdout)
+    assert re.search(r"group \(3\)  3 succeeded\n(.*0\.1\.\d make_thumbnail  succeeded.*\n){3}", text.stdout)
     status = json.loads(as_json.stdout)
     assert status["state"] == "succeeded"
     assert [step["actor"] for step in status["steps"]] == ["fetch_image"] + ["make_thumbnail"] * 3 + ["publish_gallery"]
+    assert isinstance(status["result"], dict)  # a JSON value, not a string of JSON
+    assert [child["kind"] for child in status["shape"]["children"]] == ["step", "group", "step"]
 
 
 def test_an_event_published_from_the_cli_starts_the_subscribed_pipeline_once(env: dict[str, str]) -> None:
@@ -160,14 +165,17 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert topology.returncode == 0, topology.stderr
     assert f"{namespace}.work" in topology.stdout
     assert re.search(
-        rf"{namespace}\.events\s+-> {namespace}\.orders\.start_fulfilment\s+order\.placed", topology.stdout
+        rf"{namespace}\.events\s+->\s+{namespace}\.orders\.start_fulfilment\s+order\.placed", topology.stdout
     )
     assert "order_fulfilment" in topology.stdout
     # Every actor with its profile and what was declared for it.
     assert re.search(r"record_timeline_event\s+ordered\s+timeline\s+8 partitions", topology.stdout)
     assert re.search(r"send_welcome_email\s+fire_and_forget\s+notifications", topology.stdout)
     assert re.search(r"export_orders\s+long_running\s+long_running", topology.stdout)
-    assert re.search(r"nightly_report\s+scheduled.*\n.*missed ticks: catch_up", topology.stdout)
+    assert re.search(r"nightly_report\s+scheduled.*missed ticks: catch_up", topology.stdout)
+    # Each table has its header.
+    assert re.search(r"ACTOR\s+PROFILE\s+QUEUE\s+CONSUMES", topology.stdout)
+    assert re.search(r"QUEUE\s+ROLE\s+MESSAGES", queues.stdout)
     assert queues.returncode == 0, queues.stderr
     assert re.search(rf"{namespace}\.orders\.charge_payment\.dead\s+dead-letter\s+0", queues.stdout)
 
@@ -209,6 +217,9 @@ def test_config_prints_the_effective_values_with_the_password_masked(services: N
         ({}, ["publish", "order.placed", '{"order_id": 1}'], "Payload of actor 'start_fulfilment' is invalid", 2),
         ({}, ["publish", "order..placed", "{}"], "order..placed", 2),
         ({}, ["status", "no-such-run"], "No run no-such-run in the run store", 1),
+        ({}, ["runs", "--state", "stuck"], "'stuck' is not a run state", 2),
+        ({}, ["runs", "--since", "yesterday"], "'yesterday' is not a time", 2),
+        ({}, ["runs", "--cursor", "page-2"], "is not a cursor of a runs page", 2),
     ],
 )
 def test_bad_input_gives_one_clear_line_and_no_traceback(
@@ -241,10 +252,18 @@ def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) ->
     )
 
     result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
+
+    status = pipelines(env, "status", result.stdout.split()[0]) if result.stdout else None
     RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
 
     assert result.returncode == 1
     assert "RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F does not answer" in result.stderr
+    # The run id came first (the run existed before the publish failed), and the run says why it failed.
+    assert re.fullmatch(r"[0-9a-f]{32}\n", result.stdout)
+    assert status is not None
+    assert "failed" in status.stdout.splitlines()[0]
+    assert "error: The run could not be started: BrokerUnavailable: RabbitMQ at" in status.stdout
+    assert "step None" not in status.stdout
 
 
 @pytest.fixture
@@ -353,7 +372,8 @@ def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dic
     letter_id = wait_for_dead_letter(env, "charge_payment")
 
     listed = pipelines(env, "dlq", "list", "--queue", "charge_payment")
-    shown = json.loads(pipelines(env, "dlq", "show", letter_id).stdout)
+    shown = json.loads(pipelines(env, "dlq", "show", letter_id, "--json").stdout)
+    shown_text = pipelines(env, "dlq", "show", letter_id).stdout
     replayed = pipelines(env, "dlq", "replay", letter_id)
     refused = pipelines(env, "dlq", "purge", "--queue", "charge_payment")
     wait_for_dead_letter(env, "charge_payment")  # still broken: dead-lettered again
@@ -364,6 +384,8 @@ def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dic
     assert re.search(rf"{letter_id}\s+\S+charge_payment\.dead\s+permanent error\s+run \w+ step 0\.0", listed.stdout)
     assert shown["error_type"] == "ValueError"
     assert shown["message"]["kwargs"] == {"order_id": 13, "total": 0}
+    assert re.search(r"error_type\s+ValueError", shown_text)
+    assert '"kwargs": {"order_id": 13, "total": 0}' in shown_text
     assert replayed.stdout.strip() == f"{letter_id}  replayed"
     assert (refused.returncode, "add --yes to confirm" in refused.stderr) == (2, True)
     assert purged.stdout.strip() == "purged 1 dead letter(s)"
@@ -420,3 +442,69 @@ def test_publishing_to_a_full_queue_reports_which_queue_and_how_full(
     assert refused, "no publish was refused"
     assert refused[0].returncode == 1
     assert re.search(rf"Queue {namespace}\.\S+ is full \(\d+ messages, max_length 1\)", refused[0].stderr)
+
+
+def test_runs_are_found_by_state_pipeline_time_and_key_in_a_table_or_as_json(env: dict[str, str]) -> None:
+    ok = pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/r.jpg", "--wait")
+    failed = pipelines(env, "run", "order_fulfilment", "--arg", "order_id=31", "--arg", "total=0", "--wait")
+    keyed = pipelines(
+        env, "run", "order_fulfilment", "--arg", "order_id=32", "--arg", "total=3", "--idempotency-key", "o-32"
+    )
+    ok_id, failed_id, keyed_id = (result.stdout.split()[0] for result in (ok, failed, keyed))
+
+    table = pipelines(env, "runs", "--since", "1h")
+    by_state = json.loads(pipelines(env, "runs", "--state", "failed", "--json").stdout)
+    by_pipeline = json.loads(pipelines(env, "runs", "--pipeline", "thumbnails", "--json").stdout)
+    by_key = json.loads(pipelines(env, "runs", "--key", "o-32", "--json").stdout)
+    first_page = pipelines(env, "runs", "--limit", "1", "--json")
+    cursor = json.loads(first_page.stdout)["cursor"]
+    second_page = json.loads(pipelines(env, "runs", "--limit", "1", "--cursor", cursor, "--json").stdout)
+
+    assert table.returncode == 0, table.stderr
+    assert re.match(r"RUN\s+PIPELINE\s+STATE\s+STARTED \(UTC\)\s+DURATION\s+STEPS\s+ERROR\n", table.stdout)
+    assert re.search(rf"{failed_id}\s+order_fulfilment\s+failed\s.*0/5\s+ValueError: order 31", table.stdout)
+    assert re.search(rf"{ok_id}\s+thumbnails\s+succeeded\s.*5/5", table.stdout)
+    assert failed_id in [run["run_id"] for run in by_state["runs"]]
+    assert {run["state"] for run in by_state["runs"]} == {"failed"}
+    assert by_pipeline["runs"][0]["run_id"] == ok_id
+    assert {run["pipeline"] for run in by_pipeline["runs"]} == {"thumbnails"}
+    assert [(run["run_id"], run["idempotency_key"]) for run in by_key["runs"]] == [(keyed_id, "o-32")]
+    assert json.loads(first_page.stdout)["runs"][0]["run_id"] == keyed_id
+    assert second_page["runs"][0]["run_id"] == failed_id
+
+
+def test_a_closed_pipe_ends_the_command_quietly(env: dict[str, str]) -> None:
+    piped = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "set -o pipefail; pipelines run thumbnails --arg url=https://example.com/p.jpg --wait | head -1; "
+            "pipelines topology | head -1",
+        ],
+        env=env | {"PATH": f"{BIN}:{os.environ['PATH']}"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == ""
+    run_id, namespace_line = piped.stdout.splitlines()
+    assert re.fullmatch(r"[0-9a-f]{32}", run_id)
+    assert namespace_line.startswith(f"namespace {env['PIPELINES_NAMESPACE']} on ")
+
+
+def test_queues_and_topology_print_json_too(env: dict[str, str]) -> None:
+    queues = json.loads(pipelines(env, "queues", "--json").stdout)
+    topology = json.loads(pipelines(env, "topology", "--json").stdout)
+    config = json.loads(pipelines(env, "config", "--json").stdout)
+
+    namespace = env["PIPELINES_NAMESPACE"]
+    dead = next(queue for queue in queues if queue["name"] == f"{namespace}.orders.charge_payment.dead")
+    assert (dead["role"], type(dead["messages"])) == ("dead-letter", int)
+    assert topology["namespace"] == namespace
+    assert "order_fulfilment" in topology["pipelines"]
+    assert {"name": f"{namespace}.work", "type": "topic"} in topology["exchanges"]
+    assert config["namespace"] == namespace

@@ -34,17 +34,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pipelines.console.data import ConsoleData, parse_time_ms
+from pipelines.console.data import ConsoleData
 from pipelines.console.shape import ShapeNode
 from pipelines.console.views import RunFilter, RunView
 from pipelines.errors import (
     CannotReplay,
     DeadLetterError,
     DeadLetterNotFound,
+    InvalidQuery,
     PipelinesError,
     RunNotFound,
     ServiceUnavailable,
 )
+from pipelines.run_query import parse_time_ms
 
 #: Most rows one request may ask for.
 MAX_LIMIT = 500
@@ -96,7 +98,7 @@ def run_filter(request: Request) -> RunFilter:
     try:
         since = parse_time_ms(query["since"]) if "since" in query else None
         until = parse_time_ms(query["until"]) if "until" in query else None
-    except ValueError as e:
+    except InvalidQuery as e:
         raise BadRequest(str(e)) from None
     return RunFilter(query.get("state"), query.get("pipeline"), since, until, query.get("key"))
 
@@ -120,7 +122,7 @@ def answering(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
     async def answer(request: Request) -> Response:
         try:
             return await handler(request)
-        except BadRequest as e:
+        except (BadRequest, InvalidQuery) as e:
             return json_response({"error": str(e)}, 400)
         except (RunNotFound, DeadLetterNotFound) as e:
             return json_response({"error": str(e)}, 404)
@@ -143,7 +145,7 @@ def routes(data: ConsoleData) -> list[Route]:
         limit = integer(request, "limit", 25)
         cursor = request.query_params.get("cursor") or None
         page = await run_in_threadpool(data.runs, where, limit=limit, cursor=cursor)
-        return json_response({"runs": page.runs, "next_cursor": page.next_cursor, "searched": page.searched})
+        return json_response({"runs": page.runs, "next_cursor": page.next_cursor})
 
     @answering
     async def run(request: Request) -> Response:

@@ -9,7 +9,6 @@ stay sealed: the console holds no keys); errors and tracebacks pass through the 
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import datetime
 from typing import Any
@@ -36,35 +35,12 @@ from pipelines.dlq import DeadLetter
 from pipelines.errors import PipelinesError
 from pipelines.masking import mask_text
 from pipelines.naming import dead_letter_queue
-from pipelines.store.base import RunStatus, StepStatus
+from pipelines.store.base import RunSummary, StepStatus
 
-#: The most recent runs the store's index holds, which is what the runs list can search (for now).
-RECENT_RUNS_INDEX = 1000
 #: A process whose heartbeat is older than this many heartbeat intervals counts as gone.
 HEARTBEATS_BEFORE_GONE = 3
 #: Gone workers stay listed (greyed) this long after their last heartbeat, in seconds.
 SHOW_GONE_FOR_S = 3600
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_time_ms(text: str, *, now_s: float | None = None) -> int:
-    """A point in time from ``15m``/``2h``/``7d`` (that long ago), an ISO 8601 date, or epoch milliseconds.
-
-    Raises:
-        ValueError: None of those, with the forms it accepts.
-    """
-    value = text.strip()
-    now = time.time() if now_s is None else now_s
-    if match := _DURATION.match(value):
-        return int((now - float(match.group(1)) * _UNIT_S[match.group(2)]) * 1000)
-    if value.isdigit():
-        return int(value)
-    try:
-        return int(datetime.fromisoformat(value).timestamp() * 1000)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: use 15m, 2h, 7d, an ISO 8601 date or epoch ms") from None
 
 
 def _clean(text: str | None) -> str | None:
@@ -90,27 +66,18 @@ def _step_view(step: StepStatus, now_ms: int) -> StepView:
     )
 
 
-def _row(status: RunStatus) -> RunRow:
+def _row(run: RunSummary) -> RunRow:
     return RunRow(
-        run_id=status.run_id,
-        pipeline=status.pipeline,
-        state=status.state,
-        created_at_ms=status.created_at_ms,
-        finished_at_ms=status.finished_at_ms,
-        duration_s=status.duration_s,
-        steps_done=status.count("succeeded"),
-        steps_total=len(status.steps),
-        error=_clean(status.error),
-        failed_step=status.failed_step,
-    )
-
-
-def _matches(status: RunStatus, where: RunFilter) -> bool:
-    return (
-        (where.state is None or status.state == where.state)
-        and (where.pipeline is None or status.pipeline == where.pipeline)
-        and (where.since_ms is None or status.created_at_ms >= where.since_ms)
-        and (where.until_ms is None or status.created_at_ms <= where.until_ms)
+        run_id=run.run_id,
+        pipeline=run.pipeline,
+        state=run.state,
+        created_at_ms=run.created_at_ms,
+        finished_at_ms=run.finished_at_ms,
+        duration_s=run.duration_s,
+        steps_done=run.steps_done,
+        steps_total=run.steps_total,
+        error=_clean(run.error),
+        failed_step=run.failed_step,
     )
 
 
@@ -156,34 +123,21 @@ class ConsoleData:
     # -- runs -------------------------------------------------------------------------------------
 
     def runs(self, where: RunFilter, *, limit: int = 25, cursor: str | None = None) -> RunPage:
-        """Runs newest first that match ``where``, ``limit`` at most, after the run ``cursor`` names.
+        """Runs newest first that match ``where``, ``limit`` at most, from ``cursor`` (``App.runs``).
 
-        For now this searches the store's bounded index of recent runs (``RunViews.recent_runs``) and
-        filters here. Switch it to ``app.runs(state=, pipeline=, since=, key=, limit=, cursor=)`` (an
-        index of every retained run, paged by the store) once the app has it: nothing else changes.
+        Raises:
+            InvalidQuery: An unknown state or a bad cursor.
         """
-        store = self.app.store
-        if where.key is not None:
-            run_id = store.run_for_key(where.key)
-            status = store.get_run(run_id) if run_id and cursor is None else None
-            found = (_row(status),) if status is not None and _matches(status, where) else ()
-            return RunPage(found, None, 1)
-        ids = store.recent_runs(RECENT_RUNS_INDEX)
-        start = ids.index(cursor) + 1 if cursor in ids else (len(ids) if cursor else 0)
-        rows: list[RunRow] = []
-        for run_id in ids[start:]:
-            if len(rows) == limit:
-                return RunPage(tuple(rows), rows[-1].run_id, len(ids))
-            if where.state is not None and store.run_state(run_id) != where.state:
-                continue  # a cheap read first: most runs are not in the state asked for
-            status = store.get_run(run_id)
-            if status is None:
-                continue
-            if where.since_ms is not None and status.created_at_ms < where.since_ms:
-                break  # newest first: every run after this one is older still
-            if _matches(status, where):
-                rows.append(_row(status))
-        return RunPage(tuple(rows), None, len(ids))
+        page = self.app.runs(
+            state=where.state,
+            pipeline=where.pipeline,
+            since=where.since_ms,
+            until=where.until_ms,
+            key=where.key,
+            limit=limit,
+            cursor=cursor,
+        )
+        return RunPage(tuple(_row(run) for run in page.runs), page.cursor)
 
     def pipelines(self) -> list[str]:
         """Names of the registered pipelines (for the filter's suggestions)."""

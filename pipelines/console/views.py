@@ -45,8 +45,6 @@ class RunPage:
 
     runs: tuple[RunRow, ...]
     next_cursor: str | None
-    searched: int
-    """How many of the most recent runs were searched (the store's index is bounded)."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pipelines.app import App
 from pipelines.console import api
 from pipelines.console.data import ConsoleData
 from pipelines.console.security import Guard
-from pipelines.errors import DeadLetterNotFound, PipelinesError, RunNotFound, ServiceUnavailable
+from pipelines.errors import DeadLetterNotFound, InvalidQuery, PipelinesError, RunNotFound, ServiceUnavailable
 from pipelines.sealing import SEALED_KEY
 
 #: What a value that is not known (yet) shows as: an en dash.
@@ -140,7 +140,10 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
         except api.BadRequest as e:
             return problem(request, 400, str(e))
         cursor = request.query_params.get("cursor") or None
-        page = await run_in_threadpool(data.runs, where, limit=25, cursor=cursor)
+        try:
+            page = await run_in_threadpool(data.runs, where, limit=25, cursor=cursor)
+        except InvalidQuery as e:
+            return problem(request, 400, str(e))
         return render(
             request,
             "runs",

@@ -33,6 +33,11 @@ def shown_step_state(run_state: str, step_state: StepState) -> StepState:
     return step_state
 
 
+def _duration_s(created_at_ms: int, finished_at_ms: int | None) -> float:
+    end = finished_at_ms or int(time.time() * 1000)
+    return (end - created_at_ms) / 1000
+
+
 @dataclass(frozen=True)
 class NewRun:
     """What starting a run writes, in one atomic operation."""
@@ -98,12 +103,54 @@ class RunStatus:
     @property
     def duration_s(self) -> float | None:
         """Seconds from creation to the end (or to now, while it runs)."""
-        end = self.finished_at_ms or int(time.time() * 1000)
-        return (end - self.created_at_ms) / 1000
+        return _duration_s(self.created_at_ms, self.finished_at_ms)
 
     def count(self, state: StepState) -> int:
         """How many steps are in ``state``."""
         return sum(1 for step in self.steps if step.state == state)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run as a list of runs shows it: its record without its steps' details; times are epoch ms."""
+
+    run_id: str
+    pipeline: str
+    state: RunState
+    created_at_ms: int
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    error: str | None = None
+    failed_step: str | None = None
+    idempotency_key: str | None = None
+    correlation_id: str | None = None
+    trace_id: str | None = None
+    steps_done: int = 0
+    steps_total: int = 0
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from creation to the end (or to now, while it runs)."""
+        return _duration_s(self.created_at_ms, self.finished_at_ms)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of runs, newest first, and the cursor of the next page (None: this was the last)."""
+
+    runs: tuple[RunSummary, ...]
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Which runs to find: all of them, or those in a state, of a pipeline, between two times, or one key's run."""
+
+    state: RunState | None = None
+    pipeline: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+    key: str | None = None
 
 
 ClaimKind = Literal["run", "done", "stopped", "busy", "missing"]

@@ -45,18 +45,19 @@ from pipelines.store.base import (
     LeaseCheck,
     NewRun,
     ReopenKind,
+    RunPage,
+    RunQuery,
     RunState,
     RunStatus,
     SlotTake,
 )
 from pipelines.store.feed import RedisRunFeed
+from pipelines.store.index import RunIndex
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
 #: Fastest rate at which ``wait_run`` hands changes to its ``on_change`` callback.
 CHANGE_CALLBACK_INTERVAL_S = 0.2
-#: Runs the namespace's index of recent runs keeps (``recent_runs``).
-RECENT_RUNS = 1000
 #: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
 LIVENESS_CHECK_S = 30.0
 
@@ -107,6 +108,9 @@ class RedisRunStore:
             )
         self._redis: redis.Redis | RedisCluster = client
         self._cluster = isinstance(client, RedisCluster)
+        self._index = RunIndex(
+            client=self._redis, namespace=namespace, retention_ms=self._retention_ms, answering=self._answering
+        )
         self._create = self._redis.register_script(_script("create"))
         self._claim = self._redis.register_script(_script("claim"))
         self._complete = self._redis.register_script(_script("complete"))
@@ -194,18 +198,12 @@ class RedisRunStore:
         return self.create_runs([run])[0]
 
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
-        recent = recent_runs_key(self._namespace)
         with self._answering():
             pipe = self._redis.pipeline(transaction=False)
             for run in runs:
                 keys, args = self._create_arguments(run)
                 self._pipelined(pipe, self._create, keys, args)
-            # The index of recent runs is a key of its own (another slot on a Redis Cluster): written
-            # after the runs, in the same round trip; a run already indexed keeps its place (NX).
-            now_ms = time.time() * 1000
-            pipe.zadd(recent, {run.run_id: now_ms for run in runs}, nx=True)
-            pipe.zremrangebyrank(recent, 0, -(RECENT_RUNS + 1))
-            pipe.pexpire(recent, self._retention_ms)
+            self._index.add(pipe, runs)
             created = pipe.execute()[: len(runs)]
         return [replies.create(reply) for reply in created]
 
@@ -213,6 +211,10 @@ class RedisRunStore:
         with self._answering():
             ids = self._redis.zrevrange(recent_runs_key(self._namespace), 0, limit - 1)
         return [replies.text(run_id) for run_id in ids]
+
+    def find_runs(self, query: RunQuery, *, limit: int, cursor: str | None = None) -> RunPage:
+        run_id = self.run_for_key(query.key) if query.key is not None and cursor is None else None
+        return self._index.find(query, limit=limit, cursor=cursor, keyed_run=run_id)
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         run_id = run_id_for_key(self._namespace, idempotency_key)

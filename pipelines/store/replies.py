@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import orjson
 
+from pipelines.errors import InvalidQuery
 from pipelines.store.base import (
     Advance,
     AdvanceKind,
@@ -22,6 +23,7 @@ from pipelines.store.base import (
     ReopenKind,
     RunState,
     RunStatus,
+    RunSummary,
     SlotTake,
     StepStatus,
     shown_step_state,
@@ -153,6 +155,46 @@ def reserve(reply: Any) -> list[int]:
 def rate_take(reply: Any) -> SlotTake:
     """``rate_take.lua``: run now, or wait for the slot reserved."""
     return SlotTake(wait_ms=int(reply[0]), slot_ms=int(reply[1]))
+
+
+def run_summary(run_id: str, fields: Sequence[Any], steps_total: Any) -> RunSummary | None:
+    """A run as a list shows it, from ``HMGET`` of ``redis.SUMMARY_FIELDS`` and its steps' count (None: gone)."""
+    (pipeline, status, created, started, finished, error, failed_step, key, correlation, trace, done) = fields
+    if status is None:
+        return None
+
+    def optional(value: Any) -> str | None:
+        return text(value) if value not in (None, b"") else None
+
+    return RunSummary(
+        run_id=run_id,
+        pipeline=text(pipeline),
+        state=cast(RunState, text(status)),
+        created_at_ms=int(created),
+        started_at_ms=int(started) if started is not None else None,
+        finished_at_ms=int(finished) if finished is not None else None,
+        error=optional(error),
+        failed_step=optional(failed_step),
+        idempotency_key=optional(key),
+        correlation_id=optional(correlation),
+        trace_id=optional(trace),
+        steps_done=int(done) if done is not None else 0,
+        steps_total=int(steps_total),
+    )
+
+
+def parse_cursor(cursor: str | None) -> tuple[str, int]:
+    """A runs page's cursor as (highest creation time, index entries at it passed); None: the newest.
+
+    Raises:
+        InvalidQuery: Not a cursor this store handed out.
+    """
+    if cursor is None:
+        return "+inf", 0
+    top, _, passed = cursor.partition("~")
+    if not (top.isdigit() and passed.isdigit()):
+        raise InvalidQuery(f"{cursor!r} is not a cursor of a runs page: pass the one the previous page returned.")
+    return top, int(passed)
 
 
 def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatus | None:

@@ -35,6 +35,8 @@ from pipelines.store.base import (
     NewRun,
     ReopenKind,
     RunFeed,
+    RunPage,
+    RunQuery,
     RunState,
     RunStatus,
     SlotTake,
@@ -109,7 +111,17 @@ class RunViews(RunStates, Protocol):
         """The id of the run an idempotency key started, if it is still retained."""
 
     def recent_runs(self, limit: int) -> list[str]:
-        """Ids of the namespace's newest runs, newest first (at most the last 1,000)."""
+        """Ids of the namespace's newest runs, newest first."""
+
+    def find_runs(self, query: RunQuery, *, limit: int, cursor: str | None = None) -> RunPage:
+        """Runs that match ``query``, newest first, ``limit`` at most, from ``cursor`` (a previous page's).
+
+        Every retained run can be found: the store indexes runs by creation time, and by pipeline, as it
+        creates them, and drops entries of runs created more than a retention ago.
+
+        Raises:
+            InvalidQuery: ``cursor`` is not one a page of this store returned.
+        """
 
 
 class RunFeeds(Protocol):

@@ -79,9 +79,9 @@ def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
     assert value(registry, "pipelines_messages_duplicates_skipped_total", queue="default", actor="once") == 1
     assert value(registry, "pipelines_message_duration_seconds_count", queue="default", actor="square") == 3
     assert value(registry, "pipelines_messages_in_flight", queue="default", actor="square") == 0
-    assert value(registry, "pipelines_runs_total", pipeline="adhoc", outcome="succeeded") == 1
-    assert value(registry, "pipelines_runs_total", pipeline="adhoc", outcome="failed") == 1
-    assert value(registry, "pipelines_chord_wait_seconds_count", pipeline="adhoc") == 1
+    assert value(registry, "pipelines_runs_total", pipeline="square>total", outcome="succeeded") == 1
+    assert value(registry, "pipelines_runs_total", pipeline="broken", outcome="failed") == 1
+    assert value(registry, "pipelines_chord_wait_seconds_count", pipeline="square>total") == 1
 
 
 def free_port() -> int:

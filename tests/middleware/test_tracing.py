@@ -149,7 +149,7 @@ def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_t
     assert run.status().trace_id == format(trace_id, "032x")
     [add], [double], [negate] = (traced.consumers(name) for name in ("add", "double", "negate"))
     run_span = traced.parent(traced.parent(add))
-    assert run_span.name == "run adhoc"
+    assert run_span.name == "run add>...>negate"
     assert run_span.parent is not None
     assert run_span.parent.span_id == request.get_span_context().span_id
     assert traced.parent(traced.parent(double)) is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
-from pipelines.app import build_app, build_middleware
+from pipelines.app import build_app
 from pipelines.middleware import (
     ActorTimeLimit,
     Backoff,
@@ -23,6 +23,7 @@ from pipelines.middleware import (
     Tracing,
 )
 from pipelines.runtime import Runtime
+from pipelines.stack import build_middleware
 from pipelines.store import embedded_store
 from pipelines.testing import embedded_settings
 

@@ -9,7 +9,20 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
-from pipelines.composition import Chain, Node, Parallel, Step, as_node, chain, chord, fan_out, for_each, group, step
+from pipelines.composition import (
+    Chain,
+    Node,
+    Parallel,
+    Step,
+    as_node,
+    chain,
+    chord,
+    fan_out,
+    for_each,
+    group,
+    shape_name,
+    step,
+)
 from pipelines.errors import DefinitionError
 
 BROKER = StubBroker()
@@ -180,3 +193,12 @@ def test_primitives_accept_messages_actors_and_nodes_alike() -> None:
             Parallel((Step("resize", "images", (64,)), B), kind="fan_out"),
         )
     )
+
+
+def test_a_run_started_without_a_name_is_named_after_its_first_and_last_actors() -> None:
+    one, two, three = (Step(actor_name=name) for name in ("charge", "ship", "notify"))
+
+    assert shape_name(one) == "charge"
+    assert shape_name(chain(one, fan_out(two, two))) == "charge>ship"
+    assert shape_name(chord(group(one, two, one), then=three)) == "charge>...>notify"
+    assert shape_name(group(*[one] * 50)) == shape_name(group(*[one] * 3)) == "charge"

@@ -17,7 +17,7 @@ from pipelines.naming import MAX_NAME_BYTES
 from pipelines.outbound import Outbound
 from pipelines.plan import Frame, Leaf, StepAddress
 from pipelines.routing import route_of
-from pipelines.runtime import StepInput, _check_arguments, step_messages
+from pipelines.step_messages import StepInput, _check_arguments, step_messages
 
 UP = (Frame("p", "0.1", 0, 3), Frame("c", "0", 1, 2))
 GIVEN = StepInput(("previous",), {"trace": "t-1"})

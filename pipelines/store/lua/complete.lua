@@ -25,6 +25,7 @@ if not redrive then
   step.l = nil
   step.e = nil
   redis.call('HSET', run .. ':steps', node, cjson.encode(step))
+  redis.call('HINCRBY', run, 'done', 1)
   redis.call('PUBLISH', run, 'step')
 end
 if status ~= 'pending' and status ~= 'running' then return {'stopped', status} end

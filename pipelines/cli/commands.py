@@ -1,0 +1,309 @@
+"""The ``pipelines`` subcommands, each ``(app, args, out) -> exit status``; the parser is in the package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from pipelines.cli.output import Output, seconds, state_text, when
+from pipelines.cli.status import outcome_line, status_json, status_tree
+from pipelines.errors import PipelinesError
+
+if TYPE_CHECKING:
+    from pipelines.app import App
+    from pipelines.store.base import RunStatus
+
+
+class UsageError(PipelinesError):
+    """A command given in a way that cannot work, found past argparse (one line, exit status 2)."""
+
+
+#: Longest error shown in a row of `pipelines runs` (the run's status has all of it).
+ROW_ERROR_CHARS = 80
+
+
+def _print_status(app: App, out: Output, status: RunStatus) -> None:
+    out.render(status_tree(status, app.store.run_continuations(status.run_id)))
+    outcome = outcome_line(status)
+    if outcome is not None:
+        out.line(outcome)
+
+
+def run(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.errors import RunTimeout
+
+    def created(run_id: str, new: bool) -> None:
+        # Before the publish: a slow or stuck broker does not hide which run it is.
+        out.line(run_id if new else f"{run_id} (already started with this idempotency key)")
+        sys.stdout.flush()
+
+    started = app.start_registered(
+        args.name, kwargs=dict(args.args), idempotency_key=args.idempotency_key, on_created=created
+    )
+    if not (args.wait or args.timeout):
+        return 0
+    progress = _Progress()
+    try:
+        status = started.wait(args.timeout, on_change=progress.show)
+    except RunTimeout as e:
+        progress.clear()
+        print(f"pipelines: {e}", file=sys.stderr)
+        return 1
+    progress.clear()
+    _print_status(app, out, status)
+    return 0 if status.state == "succeeded" else 1
+
+
+class _Progress:
+    """One self-rewriting line on a terminal's stderr while a run is awaited."""
+
+    def __init__(self) -> None:
+        self.active = sys.stderr.isatty()
+
+    def show(self, status: RunStatus) -> None:
+        if not self.active:
+            return
+        done, total = status.count("succeeded"), len(status.steps)
+        filled = int(30 * done / total) if total else 0
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} steps, {status.state}  ")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.active:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def status(app: App, args: argparse.Namespace, out: Output) -> int:
+    found = app.get_run(args.run_id).status()
+    if args.json:
+        out.json(status_json(found, app.store.run_continuations(found.run_id)))
+    else:
+        _print_status(app, out, found)
+    return 0
+
+
+def runs(app: App, args: argparse.Namespace, out: Output) -> int:
+    page = app.runs(
+        state=args.state, pipeline=args.pipeline, since=args.since, key=args.key, limit=args.limit, cursor=args.cursor
+    )
+    if args.json:
+        out.json({"runs": [{**vars(run), "duration_s": run.duration_s} for run in page.runs], "cursor": page.cursor})
+        return 0
+    rows: list[list[str | Text]] = []
+    for found in page.runs:
+        error = (found.error or "").splitlines()[0][:ROW_ERROR_CHARS] if found.error else ""
+        rows.append(
+            [
+                found.run_id,
+                found.pipeline,
+                state_text(found.state),
+                when(found.created_at_ms),
+                seconds(found.duration_s),
+                f"{found.steps_done}/{found.steps_total}",
+                Text(error, style="red"),
+            ]
+        )
+    out.table(["RUN", "PIPELINE", "STATE", "STARTED (UTC)", "DURATION", "STEPS", "ERROR"], rows)
+    if page.cursor:
+        print(f"more: pipelines runs ... --cursor {page.cursor}", file=sys.stderr)
+    return 0
+
+
+def cancel(app: App, args: argparse.Namespace, out: Output) -> int:
+    handle = app.get_run(args.run_id)
+    if handle.cancel():
+        out.line(f"{handle.id} cancelled")
+        return 0
+    out.line(f"{handle.id} had already ended ({handle.status().state}); nothing to cancel")
+    return 1
+
+
+def publish(app: App, args: argparse.Namespace, out: Output) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"The payload is not JSON ({e}). Quote it: '{{\"order_id\": 1}}'.") from None
+    out.line(app.publish(args.topic, payload))
+    return 0
+
+
+def topology(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.profiles import profile_of, summary
+
+    declared = app.broker.topology
+    actors: list[dict[str, Any]] = []
+    for actor_name in sorted(declared.actor_queues):
+        actor = app.broker.get_actor(actor_name)
+        actors.append(
+            {
+                "name": actor_name,
+                "profile": profile_of(actor),
+                "queue_name": actor.queue_name,
+                "queues": list(declared.consume_queues[actor_name]),
+                "summary": summary(actor),
+            }
+        )
+    data: dict[str, Any] = {
+        "namespace": declared.namespace,
+        "broker": app.settings.broker.masked_url,
+        "exchanges": [{"name": e.name, "type": e.type} for e in declared.exchanges],
+        "actors": actors,
+        "queues": [
+            {"name": q.name, "role": q.role, "type": q.arguments.get("x-queue-type", "")} for q in declared.queues
+        ],
+        "bindings": [
+            {"exchange": b.exchange, "queue": b.queue, "routing_key": b.routing_key, "arguments": b.arguments}
+            for b in declared.bindings
+        ],
+        "pipelines": sorted(app.pipelines),
+    }
+    if args.json:
+        out.json(data)
+        return 0
+    out.line(f"namespace {data['namespace']} on {data['broker']}")
+    out.table(["EXCHANGE", "TYPE"], [[e["name"], e["type"]] for e in data["exchanges"]], title="exchanges")
+    rows: list[list[str | Text]] = []
+    for entry in actors:
+        queues = entry["queues"]
+        where = (
+            queues[0] if len(queues) == 1 else f"{len(queues)} partitions {queues[0]}..{queues[-1].rsplit('.', 1)[1]}"
+        )
+        rows.append([entry["name"], entry["profile"], entry["queue_name"], where, entry["summary"]])
+    out.table(["ACTOR", "PROFILE", "QUEUE", "CONSUMES", "DECLARED"], rows, title="actors")
+    out.table(["QUEUE", "ROLE", "TYPE"], [[q["name"], q["role"], q["type"]] for q in data["queues"]], title="queues")
+    bindings = [
+        [b["exchange"], "->", b["queue"], b["routing_key"] or ", ".join(f"{k}={v}" for k, v in b["arguments"].items())]
+        for b in data["bindings"]
+    ]
+    out.table(["EXCHANGE", "", "QUEUE", "KEY"], bindings, title="bindings")
+    out.table(["PIPELINE"], [[name] for name in data["pipelines"]], title="pipelines")
+    return 0
+
+
+def queues(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.broker import ExchangeBroker
+
+    broker = app.broker
+    if not isinstance(broker, ExchangeBroker):
+        if args.json:
+            out.json([])
+        else:
+            out.line("the embedded broker keeps no queues between processes")
+        return 0
+    found: list[dict[str, Any]] = []
+    for queue in broker.topology.queues:
+        count = broker.queue_depth(queue.name)
+        # An actor queue nobody reads: its messages wait (no worker, or workers for other --queues).
+        unread = queue.role == "actor" and count is not None and broker.queue_consumers(queue.name) == 0
+        found.append({"name": queue.name, "role": queue.role, "messages": count, "no_consumer": unread})
+    if args.json:
+        out.json(found)
+        return 0
+    rows: list[list[str | Text]] = []
+    for q in found:
+        messages = "missing" if q["messages"] is None else str(q["messages"])
+        rows.append([q["name"], q["role"], messages, Text("no consumer" if q["no_consumer"] else "", "yellow")])
+    out.table(["QUEUE", "ROLE", "MESSAGES", "NOTE"], rows)
+    return 0
+
+
+def dlq(app: App, args: argparse.Namespace, out: Output) -> int:
+    letters = app.dead_letters
+    if args.dlq_command == "list":
+        return _dlq_list(app, args, out)
+    if args.dlq_command == "show":
+        return _dlq_show(app, args, out)
+    if args.dlq_command == "replay":
+        if args.all:
+            outcomes = letters.replay_all(args.queue)
+            for letter_id, outcome in outcomes.items():
+                out.line(f"{letter_id}  {outcome}")
+            return 1 if any(o.startswith("not replayed") for o in outcomes.values()) else 0
+        out.line(f"{args.id}  {letters.replay(args.id, queue=args.queue)}")
+        return 0
+    if not args.yes:
+        raise UsageError("Purging deletes dead letters for good; add --yes to confirm.")
+    out.line(f"purged {letters.purge(args.queue)} dead letter(s)")
+    return 0
+
+
+def _dlq_list(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.dlq import describe
+
+    found = describe(app.dead_letters.list(args.queue, limit=args.limit))
+    if args.json:
+        out.json(found)
+        return 0
+    rows: list[list[str | Text]] = []
+    for entry in found:
+        where = f"run {entry['run_id']} step {entry.get('step')}" if entry.get("run_id") else entry.get("actor", "")
+        error = f"{entry.get('error_type', '')}: {entry.get('error', '')}" if entry.get("error_type") else ""
+        rows.append([entry["id"], entry["dead_letter_queue"], entry["reason"], where, Text(error, style="red")])
+    out.table(["ID", "DEAD-LETTER QUEUE", "REASON", "WHERE", "ERROR"], rows)
+    out.line(f"{len(found)} dead letter(s)")
+    return 0
+
+
+def _dlq_show(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.dlq import describe
+
+    letter = app.dead_letters.show(args.id)
+    shown = describe([letter])[0]
+    shown["message"] = letter.message.asdict() if letter.message else letter.body.decode(errors="replace")
+    if args.json:
+        out.json(shown)
+        return 0
+    message = shown.pop("message")
+    traceback = shown.pop("traceback", None)
+    out.table(["FIELD", "VALUE"], [[key, str(value)] for key, value in shown.items()])
+    out.line(f"message: {json.dumps(message, default=str)}")
+    if traceback:
+        out.line(str(traceback))
+    return 0
+
+
+def keda(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.keda import print_scaled_object
+
+    return print_scaled_object(app, args)
+
+
+def top(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.top import run_top
+
+    return run_top(app, interval_s=args.interval, once=args.once)
+
+
+def ui(app: App, args: argparse.Namespace, out: Output) -> int:
+    try:
+        from pipelines.console.server import serve
+    except ImportError as e:
+        raise UsageError(
+            f"The web console needs the ui extra ({e.name} is not installed): pip install 'rabbit-pipelines[ui]'."
+        ) from None
+    return serve(app, host=args.host or app.settings.ui.host, port=args.port or app.settings.ui.port)
+
+
+COMMANDS: dict[str, Callable[[App, argparse.Namespace, Output], int]] = {
+    "dlq": dlq,
+    "keda": keda,
+    "top": top,
+    "run": run,
+    "runs": runs,
+    "status": status,
+    "cancel": cancel,
+    "publish": publish,
+    "topology": topology,
+    "queues": queues,
+    "ui": ui,
+}
+
+
+def print_config(masked: dict[str, Any]) -> None:
+    """The effective configuration (secrets masked), as JSON: it is nested, and JSON reads as it is."""
+    sys.stdout.write(json.dumps(masked, indent=2) + "\n")
