@@ -13,12 +13,13 @@ import pytest
 from local_redis import LocalRedisCluster
 
 from pipelines.store import NewRun, RedisRunStore
-from tests.pipelines.store.conftest import chord_maker
+from tests.pipelines.store.conftest import STORE_URLS, chord_maker
 from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
 from tests.pipelines.store.test_once_marks import *  # noqa: F403
 from tests.pipelines.store.test_rate_slots import *  # noqa: F403
 from tests.pipelines.store.test_run_feeds import *  # noqa: F403
+from tests.pipelines.store.test_run_index import *  # noqa: F403
 from tests.pipelines.store.test_run_plans import *  # noqa: F403
 from tests.pipelines.store.test_run_steps import *  # noqa: F403
 from tests.pipelines.store.test_run_views import *  # noqa: F403
@@ -34,6 +35,14 @@ RETENTION_S = 3600
 
 def cluster_url(cluster: LocalRedisCluster) -> str:
     return f"redis+cluster://127.0.0.1:{cluster.servers[0].port},127.0.0.1:{cluster.servers[1].port}"
+
+
+@pytest.fixture
+def store_backend(redis_cluster: LocalRedisCluster) -> Iterator[str]:
+    """The backend's name, for the tests that make a store of their own from ``STORE_URLS``."""
+    STORE_URLS["cluster"] = cluster_url(redis_cluster)
+    yield "cluster"
+    del STORE_URLS["cluster"]
 
 
 @pytest.fixture
