@@ -270,6 +270,10 @@ class App:
         """:meth:`publish` for asyncio code."""
         return await self.aio().call(self.publish, topic, payload)
 
+    async def runs_async(self, **query: Any) -> RunPage:
+        """:meth:`runs` for asyncio code (the same keyword arguments)."""
+        return await self.aio().call(self.runs, **query)
+
     def pipeline(self, name: str) -> Node | Callable[..., Node]:
         """The pipeline registered as ``name``, or its factory.
 

@@ -116,6 +116,9 @@ def test_async_waits_report_failure_timeout_and_unknown_runs_like_the_blocking_o
         with pytest.raises(RunNotFound):
             await app.get_run("no-such-run").wait_async(timeout_s=TIMEOUT_S)
 
+        failed = await app.runs_async(state="failed")
+        assert [run.run_id for run in failed.runs] == [failing.id]
+
     asyncio.run(main())
 
 
