@@ -13,12 +13,20 @@ from collections.abc import Callable
 from typing import TextIO
 
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
 from pipelines.app import App
 from pipelines.metrics_dir import NAMESPACE_LABEL
 
 #: Recent runs shown.
 RECENT_RUNS = 10
+#: Characters per line when the view is not on a terminal (long queue names are not cut).
+PLAIN_WIDTH = 200
+#: How a run's state is coloured on a terminal.
+STATE_STYLES = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
 #: Seconds to wait for the metrics port before showing the view without rates.
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -52,50 +60,68 @@ def scrape_counts(app: App) -> Counts | None:
     return counts
 
 
-def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s: float) -> str:
-    """One frame of the view."""
-    lines = [f"rabbit-pipelines  namespace {app.settings.namespace}  {time.strftime('%H:%M:%S')}", ""]
+def _rates(actor: str, previous: Counts | None, current: Counts | None, elapsed_s: float) -> tuple[str, str]:
+    if previous is None or current is None or elapsed_s <= 0:
+        return "-", "-"
+
+    def per_s(name: str) -> str:
+        return f"{(current.get(name, {}).get(actor, 0) - previous.get(name, {}).get(actor, 0)) / elapsed_s:.1f}"
+
+    return per_s("pipelines_messages_processed_total"), per_s("pipelines_messages_failed_total")
+
+
+def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s: float) -> Group:
+    """One frame of the view: the queues (an ordered actor's partitions under it), then the recent runs."""
     depth: Callable[[str], int | None] | None = getattr(app.broker, "queue_depth", None)
-    lines.append(f"{'queue':<48} {'ready':>8} {'dead':>6} {'msg/s':>8} {'err/s':>7}")
+
+    def shown(queue: str) -> str:
+        found = depth(queue) if depth else None
+        return "-" if found is None else str(found)
+
+    queues = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (("queue", "left"), ("ready", "right"), ("dead", "right"), ("msg/s", "right")):
+        queues.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    queues.add_column("err/s", justify="right", no_wrap=True)
     topology = app.broker.topology
     for actor, queue in sorted(topology.actor_queues.items(), key=lambda item: item[1]):
-        ready = depth(queue) if depth else None
-        dead = depth(f"{queue}.dead") if depth else None
-        rate = error = "-"
-        if previous is not None and current is not None and elapsed_s > 0:
-            done = current.get("pipelines_messages_processed_total", {})
-            failed = current.get("pipelines_messages_failed_total", {})
-            before_done = previous.get("pipelines_messages_processed_total", {})
-            before_failed = previous.get("pipelines_messages_failed_total", {})
-            rate = f"{(done.get(actor, 0) - before_done.get(actor, 0)) / elapsed_s:.1f}"
-            error = f"{(failed.get(actor, 0) - before_failed.get(actor, 0)) / elapsed_s:.1f}"
-        lines.append(
-            f"{queue:<48} {'-' if ready is None else ready:>8} {'-' if dead is None else dead:>6} {rate:>8} {error:>7}"
-        )
-    lines += ["", f"{'recent run':<34} {'pipeline':<20} {'state':<10} {'steps':>11} {'seconds':>8}"]
+        rate, error = _rates(actor, previous, current, elapsed_s)
+        queues.add_row(queue, shown(queue), shown(f"{queue}.dead"), rate, error)
+        partitions = [q for q in topology.consume_queues.get(actor, ()) if q != queue]
+        for partition in partitions:  # an ordered actor: one queue per partition, each in order
+            queues.add_row(f"  {partition.removeprefix(queue)}", shown(partition), "", "", "")
+    runs = Table(box=None, pad_edge=False, header_style="bold")
+    runs.add_column("recent run", no_wrap=True)
+    runs.add_column("pipeline", no_wrap=True, max_width=24)
+    runs.add_column("state", no_wrap=True)
+    runs.add_column("steps", justify="right", no_wrap=True)
+    runs.add_column("seconds", justify="right", no_wrap=True)
     for run_id in app.store.recent_runs(RECENT_RUNS):
         status = app.store.get_run(run_id)
-        if status is None:
-            continue
-        steps = f"{status.count('succeeded')}/{len(status.steps)}"
-        lines.append(
-            f"{run_id:<34} {status.pipeline[:20]:<20} {status.state:<10} {steps:>11} {status.duration_s or 0:>8.2f}"
-        )
+        if status is not None:
+            steps = f"{status.count('succeeded')}/{len(status.steps)}"
+            state = Text(status.state, style=STATE_STYLES.get(status.state, ""))
+            runs.add_row(run_id, status.pipeline, state, steps, f"{status.duration_s or 0:.2f}")
+    title = Text(f"rabbit-pipelines  namespace {app.settings.namespace}  {time.strftime('%H:%M:%S')}", style="bold")
+    parts: list[Text | Table] = [title, Text(""), queues, Text(""), runs]
     if current is None:
-        lines += ["", "(rates need [metrics] enabled and a worker serving them)"]
-    return "\n".join(lines)
+        parts += [Text(""), Text("(rates need [metrics] enabled and a worker serving them)")]
+    return Group(*parts)
 
 
 def run_top(app: App, *, interval_s: float, once: bool, out: TextIO = sys.stdout) -> int:
-    """Refresh the view every ``interval_s`` until interrupted (one frame with ``once``)."""
+    """Refresh the view every ``interval_s`` until interrupted (one frame with ``once``).
+
+    On a terminal the frame is redrawn in place (only the lines that changed are written) and fits the
+    window as it is resized; elsewhere (``--once``, a pipe) it is printed as plain text.
+    """
+    console = Console(file=out, width=None if out.isatty() else PLAIN_WIDTH, highlight=False)
     previous, at = scrape_counts(app), time.monotonic()
-    while True:
-        if not once:
+    if once:
+        console.print(render(app, previous, scrape_counts(app), time.monotonic() - at))
+        return 0
+    with Live(render(app, None, None, 0), console=console, auto_refresh=False, screen=False) as live:
+        while True:
             time.sleep(interval_s)
-        current, now = scrape_counts(app), time.monotonic()
-        frame = render(app, previous, current, now - at)
-        out.write(frame + "\n" if once else "\x1b[2J\x1b[H" + frame + "\n")
-        out.flush()
-        if once:
-            return 0
-        previous, at = current, now
+            current, now = scrape_counts(app), time.monotonic()
+            live.update(render(app, previous, current, now - at), refresh=True)
+            previous, at = current, now

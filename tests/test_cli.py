@@ -424,7 +424,9 @@ def test_top_shows_queues_with_their_depths_and_the_recent_runs(env: dict[str, s
     assert f"namespace {namespace}" in frame.stdout
     assert re.search(rf"{namespace}\.images\.make_thumbnail\s+0\s+0", frame.stdout)
     assert re.search(rf"{run_id}\s+thumbnails\s+succeeded\s+5/5", frame.stdout)
+    assert re.search(rf"{namespace}\.timeline\.record_timeline_event\s+-\s+0[^\n]*\n\s+\.p0\s+0\s*\n", frame.stdout)
     assert "(rates need [metrics] enabled" in frame.stdout
+    assert "\x1b[" not in frame.stdout  # no colour nor cursor movement off a terminal
 
 
 def test_publishing_to_a_full_queue_reports_which_queue_and_how_full(
