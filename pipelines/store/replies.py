@@ -19,6 +19,7 @@ from pipelines.store.base import (
     ClaimKind,
     KeyClaimKind,
     LeaseCheck,
+    LeaseOpenKind,
     ReopenKind,
     RunState,
     RunStatus,
@@ -114,13 +115,21 @@ def progress(reply: Any) -> str | None:
     return text(reply) if reply else None
 
 
-def lease_open(reply: Any) -> bool:
-    """``lease_open.lua``: whether the lease was opened (False: one was open already)."""
+def lease_open(reply: Any) -> LeaseOpenKind:
+    """``lease_open.lua``: ``opened``, ``open`` or ``ended``."""
+    kind = text(reply)
+    if kind not in ("opened", "open", "ended"):
+        raise ValueError(f"lease_open.lua replied {kind!r}")
+    return cast(LeaseOpenKind, kind)
+
+
+def lease_close(reply: Any) -> bool:
+    """``lease_close.lua``: whether there was a lease to close."""
     return bool(reply)
 
 
 def lease_renew(reply: Any, lease_ids: Sequence[str]) -> list[str]:
-    """``lease_renew.lua``: the leases of ``lease_ids`` (in the order sent) this worker no longer holds."""
+    """``lease_renew.lua``: the leases of ``lease_ids`` (in the order sent) another holder took over."""
     return [lease_ids[int(index) - 1] for index in reply]
 
 
