@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Iterator, Sequence
+from queue import Empty
 from typing import Any
 
 import dramatiq
@@ -26,6 +28,7 @@ from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.publishing import Publishing
 from pipelines.broker.rabbitmq.screening import DeadLetterMarks
+from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.codec import encode_message
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
@@ -69,6 +72,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self._dead_letters = RabbitDeadLetters(
             connections=connections, declarer=self._declarer, publishing=self._publishing, ensure=self.ensure_topology
         )
+        self._worker_threads = 1
+        """The threads of the worker in this process, which run long-running jobs (see ``window``)."""
+        self._windows: dict[str, LongRunningWindow] = {}
+        """Each Dramatiq queue name's long-running window; it outlives consumers that reconnect."""
+        self._consumers: weakref.WeakSet[GroupConsumer] = weakref.WeakSet()
 
     @property
     def publish_count(self) -> int:
@@ -99,7 +107,26 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         if signal == "worker_boot":
             self._check_access()
+            self._worker_threads = int(getattr(args[0], "worker_threads", 1)) if args else 1
         super().emit_before(signal, *args, **kwargs)
+        if signal == "worker_shutdown" and args:
+            self._stop_consuming(args[0])
+
+    def _stop_consuming(self, worker: dramatiq.Worker) -> None:
+        """Before the worker stops its threads: take nothing more, and return what no thread started yet
+        (Dramatiq stops its consumers only after the threads, while running jobs end)."""
+        for window in self._windows.values():
+            window.stopping = True
+        for consumer in list(self._consumers):
+            consumer.wake()
+        while True:
+            try:
+                item = worker.work_queue.get_nowait()
+            except Empty:
+                return
+            if isinstance(item.message, Delivery):
+                item.message.consumer.requeue([item.message])
+            worker.work_queue.task_done()
 
     def _check_access(self) -> None:
         """A worker whose login RabbitMQ refuses stops at boot with the reason (the ``dramatiq`` CLI
@@ -209,13 +236,25 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             for queue in topology.consume_queues[actor.actor_name]
         }
         # An ordered partition must not have a second message out while one is processed; a
-        # long-running job is acknowledged on start, so one at a time keeps a worker from hoarding.
+        # long-running queue takes one delivery at a time, and none while no thread is free (``window``).
         one_at_a_time = {
             queue for queue, actor in queues.items() if topology.actor_profiles[actor] in ("ordered", "long_running")
         }
-        return GroupConsumer(
-            self, queue_name, queues, self.config.prefetch or prefetch, timeout, one_at_a_time=one_at_a_time
+        long_running = {queue for queue, actor in queues.items() if topology.actor_profiles[actor] == "long_running"}
+        window = self._windows.get(queue_name)
+        if window is None or window.queues != long_running:
+            window = self._windows[queue_name] = LongRunningWindow(long_running, capacity=self._worker_threads)
+        consumer = GroupConsumer(
+            self,
+            queue_name,
+            queues,
+            self.config.prefetch or prefetch,
+            timeout,
+            one_at_a_time=one_at_a_time,
+            window=window,
         )
+        self._consumers.add(consumer)
+        return consumer
 
     def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
         """Acknowledge a delivery now, before its actor ends (a long-running job owned by its lease)."""

@@ -12,6 +12,7 @@ one is acknowledged, and a retry in place goes back to the head of its queue.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connections import dramatiq_error
 from pipelines.broker.rabbitmq.screening import dead_letter_reason, screen
 from pipelines.broker.rabbitmq.settling import Settlements
+from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.codec import encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso, reason_for
 from pipelines.errors import PipelinesError
@@ -73,6 +75,8 @@ class Delivery(dramatiq.broker.MessageProxy):
         """The body as it was received (what a redelivered copy of it carries)."""
         self.settled = False
         """Acknowledged already (a long-running job, on start): later settlements send nothing."""
+        self.counted = False
+        """Counted in its consumer's long-running window until it is settled."""
         outcome = outcome_of(self)
         outcome.queue = queue
         outcome.delivery_count = delivery_count
@@ -90,13 +94,19 @@ class GroupConsumer(dramatiq.broker.Consumer):
         timeout_ms: int,
         *,
         one_at_a_time: set[str],
+        window: LongRunningWindow,
     ) -> None:
         self.broker = broker
         self.queue_name = queue_name
+        self.queues = queues
         self.timeout_s = timeout_ms / 1000
+        self.window = window
         self._ready: deque[tuple[Any, Any, bytes]] = deque()
         self._actors_by_tag: dict[str, str] = {}
         self._queues_by_tag: dict[str, str] = {}
+        self._long_tags: list[str] = []
+        """The consumer tags of the long-running queues while their window is open."""
+        self._stopped = False
         try:
             self.connection = pika.BlockingConnection(broker.thread_connections.parameters)
             self.channel = self.connection.channel()
@@ -106,9 +116,8 @@ class GroupConsumer(dramatiq.broker.Consumer):
                     continue
                 self.channel.basic_qos(prefetch_count=limit)
                 for queue in sorted(group):
-                    tag = self.channel.basic_consume(queue, self._on_delivery)
-                    self._actors_by_tag[tag] = queues[queue]
-                    self._queues_by_tag[tag] = queue
+                    if not (queue in window.queues and window.full):  # else when a thread is free
+                        self._consume(queue)
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
         self.settlements = Settlements(connection=self.connection, channel=self.channel)
@@ -123,10 +132,44 @@ class GroupConsumer(dramatiq.broker.Consumer):
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
         self._ready.append((method, properties, body))
 
+    def _consume(self, queue: str) -> None:
+        tag = self.channel.basic_consume(queue, self._on_delivery)
+        self._actors_by_tag[tag] = self.queues[queue]
+        self._queues_by_tag[tag] = queue
+        if queue in self.window.queues:
+            self._long_tags.append(tag)
+
+    def _steer(self) -> None:
+        """Open or close the long-running window by the threads free for it; stop consuming on shutdown
+        (see :mod:`pipelines.broker.rabbitmq.window`)."""
+        if self.window.stopping and not self._stopped:
+            self._stopped = True
+            for tag in list(self._queues_by_tag):
+                self.channel.basic_cancel(tag)
+            self._long_tags.clear()
+        elif self.window.full and self._long_tags:
+            for tag in self._long_tags:
+                self.channel.basic_cancel(tag)
+            self._long_tags.clear()
+        elif not self.window.full and not self._long_tags and not self._stopped:
+            waiting = {method.consumer_tag for method, _, _ in self._ready}
+            for tag in [t for t, q in self._queues_by_tag.items() if q in self.window.queues and t not in waiting]:
+                del self._queues_by_tag[tag], self._actors_by_tag[tag]
+            self.channel.basic_qos(prefetch_count=1)
+            for queue in sorted(self.window.queues & self.queues.keys()):
+                self._consume(queue)
+
+    def wake(self) -> None:
+        """Wake ``__next__`` (from any thread), so that it steers the window at once."""
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            self.connection.add_callback_threadsafe(lambda: None)
+
     def __next__(self) -> dramatiq.broker.MessageProxy | None:
         try:
+            self._steer()
             if not self._ready:
                 self.connection.process_data_events(time_limit=self.timeout_s)
+                self._steer()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(e)) from None
         if not self._ready:
@@ -134,6 +177,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
         method, properties, body = self._ready.popleft()
         actor = self._actors_by_tag[method.consumer_tag]
         queue = self._queues_by_tag[method.consumer_tag]
+        if not self.window.admits(queue):
+            # No thread would run it now (or the worker stops): back to its queue rather than held here.
+            self.settlements.reject(method.delivery_tag, requeue=True)
+            return None
         if method.redelivered and self.broker.dead_letter_marks.seen(queue, body):
             # Dead-lettered already; its acknowledgement was lost with a channel.
             logger.info("Acknowledging a redelivered copy of a message dead-lettered already (queue %s).", queue)
@@ -170,7 +217,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 self._redelay(method, message, int(eta), queue, body)
                 return None
             message = dramatiq.Message(**{**message.asdict(), "options": options})
-        return Delivery(
+        delivery = Delivery(
             message,
             tag=method.delivery_tag,
             redelivered=method.redelivered,
@@ -180,6 +227,13 @@ class GroupConsumer(dramatiq.broker.Consumer):
             delivery_count=delivery_count,
             body=body,
         )
+        delivery.counted = self.window.count(queue)
+        if delivery.counted and self.window.full:
+            try:
+                self._steer()  # closed before the job starts, so its early acknowledgement takes nothing in
+            except CONNECTION_ERRORS as e:
+                raise self._closed(e, str(e)) from None
+        return delivery
 
     def _redelay(self, method: Any, message: dramatiq.Message[Any], eta: int, queue: str, body: bytes) -> None:
         """Back from a delay tier before it is due: on to the next tier, then let go of it here (if that
@@ -222,7 +276,13 @@ class GroupConsumer(dramatiq.broker.Consumer):
             message.settled = True
             self.settlements.ack(message.tag)
 
+    def _release(self, message: dramatiq.broker.MessageProxy) -> None:
+        """A long-running job ended: wake the consumer if a thread is free for the next one."""
+        if self.window.release(message):
+            self.wake()
+
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        self._release(message)
         if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
         elif outcome_of(message).requeue_in_place:
@@ -232,6 +292,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             self.settlements.ack(message.tag)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
+        self._release(message)
         if not self._owns(message):
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
             return
@@ -253,7 +314,12 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._dead_letter(message.tag, body, message.message_id, reason, home, received=message.body)
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
-        """Unacked deliveries return to their queues when the channel closes."""
+        """Return deliveries never started to their queues now (the rest return when the channel closes)."""
+        for message in messages:
+            self._release(message)
+            if self._owns(message) and isinstance(message, Delivery) and not message.settled:
+                message.settled = True
+                self.settlements.reject(message.tag, requeue=True)
 
     def close(self) -> None:
         try:
