@@ -156,6 +156,16 @@ class Advance:
 
 
 @dataclass(frozen=True)
+class DeadlineCheck:
+    """A run's deadline, checked: ``failed`` now (naming the ``step`` that was running, if one was),
+    ``wait`` ``wait_ms`` more, or ``none`` (no deadline, or the run ended)."""
+
+    kind: Literal["failed", "wait", "none"]
+    wait_ms: int = 0
+    step: str | None = None
+
+
+@dataclass(frozen=True)
 class LeaseCheck:
     """A watchdog's look at a lease: ``alive`` (for ``wait_ms`` more), ``expired`` (taken over, with the
     job's ``record``), or ``gone`` (the job ended)."""

@@ -41,6 +41,7 @@ from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
     Claim,
+    DeadlineCheck,
     KeyClaimKind,
     LeaseCheck,
     LeaseOpenKind,
@@ -120,6 +121,7 @@ class RedisRunStore:
         self._lease_renew = self._redis.register_script(_script("lease_renew"))
         self._lease_take = self._redis.register_script(_script("lease_take"))
         self._lease_close = self._redis.register_script(_script("lease_close"))
+        self._deadline = self._redis.register_script(_script("deadline"))
         self._tick_claim = self._redis.register_script(_script("tick_claim"))
         self._tick_sweep = self._redis.register_script(_script("tick_sweep"))
         self._reserve = self._redis.register_script(_script("reserve"))
@@ -236,6 +238,9 @@ class RedisRunStore:
 
     def fail_run(self, run_id: str, error: str) -> None:
         replies.finish(self._run(self._finish, [self._key(run_id)], ["failed", error, self._retention_ms]))
+
+    def enforce_deadline(self, run_id: str) -> DeadlineCheck:
+        return replies.deadline(self._run(self._deadline, [self._key(run_id)], [self._retention_ms]))
 
     def cancel_run(self, run_id: str) -> bool:
         return replies.finish(self._run(self._finish, [self._key(run_id)], ["cancelled", "", self._retention_ms]))

@@ -17,6 +17,7 @@ from pipelines.store.base import (
     AdvanceKind,
     Claim,
     ClaimKind,
+    DeadlineCheck,
     KeyClaimKind,
     LeaseCheck,
     LeaseOpenKind,
@@ -108,6 +109,16 @@ def key_claim(reply: Any) -> tuple[KeyClaimKind, int]:
 def key_release(reply: Any) -> bool:
     """``key_release.lua``: whether this holder still held the key (and let it go)."""
     return bool(reply)
+
+
+def deadline(reply: Any) -> DeadlineCheck:
+    """``deadline.lua``: what checking the run's deadline did."""
+    kind = text(reply[0])
+    if kind == "failed":
+        return DeadlineCheck("failed", step=text(reply[1]) or None)
+    if kind == "wait":
+        return DeadlineCheck("wait", wait_ms=int(reply[1]))
+    return DeadlineCheck("none")
 
 
 def progress(reply: Any) -> str | None:

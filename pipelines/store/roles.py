@@ -30,6 +30,7 @@ from pipelines.plan import Frame
 from pipelines.store.base import (
     Advance,
     Claim,
+    DeadlineCheck,
     KeyClaimKind,
     LeaseCheck,
     LeaseOpenKind,
@@ -135,10 +136,15 @@ class RunPlans(Protocol):
 
 
 class StepProgress(Protocol):
-    """Progress reports of running steps."""
+    """Progress reports of running steps, and their run's deadline."""
 
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
-        """Record a running step's progress (``fraction`` None records nothing); returns the run's state."""
+        """Record a running step's progress (``fraction`` None records nothing); returns the run's state,
+        or ``deadline`` when the run passed its deadline (then :meth:`enforce_deadline` fails it)."""
+
+    def enforce_deadline(self, run_id: str) -> DeadlineCheck:
+        """Fail the run if it passed its deadline, naming the step that was running (that step, and any
+        other running, is marked failed, so its progress reports and cancel checks raise)."""
 
 
 class StepReplays(Protocol):
