@@ -6,10 +6,14 @@ therefore acknowledged as soon as it starts, and the job is owned through a leas
 
 1. Before the actor runs, a lease is opened in the run store with the message in it, a watchdog
    message is scheduled (in RabbitMQ's delay queues) for when the lease would lapse, and the delivery
-   is acknowledged.
+   is acknowledged (the consumer takes no further long-running delivery until a thread is free for it:
+   ``pipelines.broker.rabbitmq.window``). A copy of the message whose lease is open, or ended, is skipped.
 2. While the actor runs, a heartbeat thread renews the leases this process holds every third of a
-   lease. The actor may report progress and sees a cancel at its next report (``pipelines.progress``).
-3. When the actor ends, the lease is closed; a failure is retried or dead-lettered as usual.
+   lease, and stops a job whose lease another holder took over. The actor may report progress and sees
+   a cancel at its next report (``pipelines.progress``).
+3. When the actor ends, the lease is closed, and kept as ended for the retention period, so that no
+   redelivered or duplicated copy runs the job again; a failure is retried (a new attempt, with a lease
+   of its own) or dead-lettered as usual.
 4. The watchdog finds the lease renewed (and looks again when it would lapse next), closed (done), or
    lapsed: the worker died. It then takes the lease over (one watchdog wins) and, by the actor's
    ``on_lost`` policy, publishes the job again (``retry``, counted against ``max_retries``) or
