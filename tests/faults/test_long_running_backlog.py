@@ -23,6 +23,7 @@ import redis
 
 from pipelines import step
 from pipelines.app import App, build_app
+from pipelines.broker.rabbitmq import ExchangeBroker
 from pipelines.config import Settings
 
 FAULTS = Path(__file__).resolve().parent
@@ -138,7 +139,9 @@ class Backlog:
                     process.wait(timeout=30)
         for key in self.ledger.scan_iter(match=f"{self.namespace}:*"):
             self.ledger.delete(key)
-        self.app.broker.delete_topology()
+        broker = self.app.broker
+        assert isinstance(broker, ExchangeBroker)
+        broker.delete_topology()
         self.app.close()
 
 
@@ -185,7 +188,12 @@ def test_on_sigterm_a_long_running_worker_holds_nothing_unacknowledged(backlog: 
 
     worker.send_signal(signal.SIGTERM)
     samples: list[tuple[int, int]] = []
-    backlog.wait_until(lambda: samples.append(backlog.queue_counts()) is None and worker.poll() is not None, "exit")
+
+    def sampled_until_exit() -> bool:
+        samples.append(backlog.queue_counts())
+        return worker.poll() is not None
+
+    backlog.wait_until(sampled_until_exit, "the worker to finish its job and exit")
 
     print(f"\n(ready, unacknowledged) while the worker shut down: {samples}; figures {backlog.figures()}")
     assert worker.returncode == 0
