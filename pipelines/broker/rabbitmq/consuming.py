@@ -278,8 +278,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
 
     def _release(self, message: dramatiq.broker.MessageProxy) -> None:
         """A long-running job ended: wake the consumer if a thread is free for the next one."""
-        if self.window.release(message):
-            self.wake()
+        if isinstance(message, Delivery) and message.counted:
+            message.counted = False
+            if self.window.release():
+                self.wake()
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         self._release(message)

@@ -16,7 +16,6 @@ what was taken but not started goes back to its queue at once.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 
 class LongRunningWindow:
@@ -46,11 +45,8 @@ class LongRunningWindow:
             self.running += 1
         return True
 
-    def release(self, message: Any) -> bool:
+    def release(self) -> bool:
         """A counted delivery was settled (its job ended): True when this opened the window again."""
-        if not getattr(message, "counted", False):
-            return False
-        message.counted = False
         with self._lock:
             self.running -= 1
             return self.running == self.capacity - 1
