@@ -107,6 +107,8 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._long_tags: list[str] = []
         """The consumer tags of the long-running queues while their window is open."""
         self._stopped = False
+        self._cancelled: set[str] = set()
+        self._long_queues = sorted(window.queues & queues.keys())
         try:
             self.connection = pika.BlockingConnection(broker.thread_connections.parameters)
             self.channel = self.connection.channel()
@@ -144,20 +146,24 @@ class GroupConsumer(dramatiq.broker.Consumer):
         (see :mod:`pipelines.broker.rabbitmq.window`)."""
         if self.window.stopping and not self._stopped:
             self._stopped = True
-            for tag in list(self._queues_by_tag):
-                self.channel.basic_cancel(tag)
-            self._long_tags.clear()
+            self._cancel(list(self._queues_by_tag))
         elif self.window.full and self._long_tags:
-            for tag in self._long_tags:
-                self.channel.basic_cancel(tag)
-            self._long_tags.clear()
-        elif not self.window.full and not self._long_tags and not self._stopped:
+            self._cancel(self._long_tags)
+        elif self._long_queues and not self._long_tags and not self.window.full and not self._stopped:
             waiting = {method.consumer_tag for method, _, _ in self._ready}
-            for tag in [t for t, q in self._queues_by_tag.items() if q in self.window.queues and t not in waiting]:
+            for tag in [t for t in self._cancelled if t not in waiting]:  # forget consumers cancelled before
                 del self._queues_by_tag[tag], self._actors_by_tag[tag]
+                self._cancelled.discard(tag)
             self.channel.basic_qos(prefetch_count=1)
-            for queue in sorted(self.window.queues & self.queues.keys()):
+            for queue in self._long_queues:
                 self._consume(queue)
+
+    def _cancel(self, tags: list[str]) -> None:
+        for tag in tags:
+            if tag not in self._cancelled:
+                self._cancelled.add(tag)
+                self.channel.basic_cancel(tag)
+        self._long_tags.clear()
 
     def wake(self) -> None:
         """Wake ``__next__`` (from any thread), so that it steers the window at once."""
