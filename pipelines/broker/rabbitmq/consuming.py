@@ -107,6 +107,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._long_tags: list[str] = []
         """The consumer tags of the long-running queues while their window is open."""
         self._stopped = False
+        """Consumers cancelled for shutdown: a delivery rejected now is not delivered here again."""
+        self._returning: list[Delivery] = []
+        """Deliveries to return once the consumers are cancelled (see :meth:`requeue`)."""
+        self._returning_lock = threading.Lock()
         self._cancelled: set[str] = set()
         self._long_queues = sorted(window.queues & queues.keys())
         try:
@@ -145,8 +149,11 @@ class GroupConsumer(dramatiq.broker.Consumer):
         """Open or close the long-running window by the threads free for it; stop consuming on shutdown
         (see :mod:`pipelines.broker.rabbitmq.window`)."""
         if self.window.stopping and not self._stopped:
-            self._stopped = True
             self._cancel(list(self._queues_by_tag))
+            with self._returning_lock:
+                self._stopped = True
+                returning, self._returning = self._returning, []
+            self._return(returning)
         elif self.window.full and self._long_tags:
             self._cancel(self._long_tags)
         elif self._long_queues and not self._long_tags and not self.window.full and not self._stopped:
@@ -184,7 +191,12 @@ class GroupConsumer(dramatiq.broker.Consumer):
         actor = self._actors_by_tag[method.consumer_tag]
         queue = self._queues_by_tag[method.consumer_tag]
         if not self.window.admits(queue):
-            # No thread would run it now (or the worker stops): back to its queue rather than held here.
+            # No thread would run it now (or the worker stops): back to its queue rather than held here,
+            # once the consumer that would take it again is cancelled.
+            try:
+                self._steer()
+            except CONNECTION_ERRORS as e:
+                raise self._closed(e, str(e)) from None
             self.settlements.reject(method.delivery_tag, requeue=True)
             return None
         if method.redelivered and self.broker.dead_letter_marks.seen(queue, body):
@@ -322,12 +334,25 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._dead_letter(message.tag, body, message.message_id, reason, home, received=message.body)
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
-        """Return deliveries never started to their queues now (the rest return when the channel closes)."""
+        """Return deliveries never started to their queues (from any thread), once this consumer's
+        consumers are cancelled: rejected earlier, RabbitMQ would deliver them here again at once."""
+        owned = []
         for message in messages:
             self._release(message)
             if self._owns(message) and isinstance(message, Delivery) and not message.settled:
-                message.settled = True
-                self.settlements.reject(message.tag, requeue=True)
+                owned.append(message)
+        with self._returning_lock:
+            if not self._stopped:
+                self._returning.extend(owned)
+                owned = []
+        self._return(owned)
+        self.wake()
+
+    def _return(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            if not delivery.settled:
+                delivery.settled = True
+                self.settlements.reject(delivery.tag, requeue=True)
 
     def close(self) -> None:
         try:
