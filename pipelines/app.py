@@ -101,7 +101,7 @@ def build_middleware(
     ``on_failure`` keep working; ``Backoff`` replaces its ``Retries`` (same actor options).
     """
     observing: list[dramatiq.Middleware] = []
-    # The framework's own actors (lease watchdog, schedule check) are quick: a short time limit.
+    # The framework's own actors (lease watchdog, schedule check, deadline check) are quick: a short time limit.
     system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
     schedules = Schedules(store=store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s)
     if tracer is not None:
@@ -127,7 +127,7 @@ def build_middleware(
             lease_s=settings.store.step_lease_s,
             retention_s=settings.store.idempotency_retention_s,
         ),
-        PipelineSteps(runtime=runtime),
+        PipelineSteps(runtime=runtime, store=store, system_timeout_s=system_timeout_s),
         Leases(
             runtime=runtime,
             store=store,
