@@ -30,7 +30,7 @@ from typing import Any
 import dramatiq
 from dramatiq.common import compute_backoff, current_millis
 from dramatiq.errors import ActorNotFound
-from dramatiq.middleware import Middleware
+from dramatiq.middleware import Middleware, TimeLimitExceeded
 
 from pipelines import options as opt
 from pipelines.dead_letters import MAX_TRACEBACK_CHARS
@@ -130,7 +130,7 @@ class Backoff(Middleware):
             if counted:
                 outcome.attempts = retries + 1
                 self._send_exhausted(broker, actor, message, retries)
-            return self._give_up(message, why)
+            return self._give_up(message, why, exception)
         if isinstance(exception, dramatiq.Retry) and exception.delay is not None:
             delay = int(exception.delay)
         else:
@@ -216,5 +216,16 @@ class Backoff(Middleware):
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stopping.set()
 
-    def _give_up(self, message: dramatiq.broker.MessageProxy, why: str) -> None:
+    def _give_up(self, message: dramatiq.broker.MessageProxy, why: str, exception: BaseException | None = None) -> None:
+        if isinstance(exception, TimeLimitExceeded) and not str(exception):
+            # Dramatiq's error says nothing: the dead letter names the limit that fired.
+            limit_s = int(message.options.get(opt.TIME_LIMIT, 0)) / 1000
+            named = TimeLimitExceeded(
+                f"The actor ran past its time limit of {limit_s:g} s (timeout_s, or [worker] time_limit_s). "
+                "The limit interrupts Python code only: a call blocked in C (a socket, database or HTTP call) "
+                "is stopped when it returns, so give such calls timeouts of their own."
+            )
+            named.__traceback__ = exception.__traceback__
+            fail_message(message, why, named)
+            return
         fail_message(message, why)

@@ -6,10 +6,14 @@ therefore acknowledged as soon as it starts, and the job is owned through a leas
 
 1. Before the actor runs, a lease is opened in the run store with the message in it, a watchdog
    message is scheduled (in RabbitMQ's delay queues) for when the lease would lapse, and the delivery
-   is acknowledged.
+   is acknowledged (the consumer takes no further long-running delivery until a thread is free for it:
+   ``pipelines.broker.rabbitmq.window``). A copy of the message whose lease is open, or ended, is skipped.
 2. While the actor runs, a heartbeat thread renews the leases this process holds every third of a
-   lease. The actor may report progress and sees a cancel at its next report (``pipelines.progress``).
-3. When the actor ends, the lease is closed; a failure is retried or dead-lettered as usual.
+   lease, and stops a job whose lease another holder took over. The actor may report progress and sees
+   a cancel at its next report (``pipelines.progress``).
+3. When the actor ends, the lease is closed, and kept as ended for the retention period, so that no
+   redelivered or duplicated copy runs the job again; a failure is retried (a new attempt, with a lease
+   of its own) or dead-lettered as usual.
 4. The watchdog finds the lease renewed (and looks again when it would lapse next), closed (done), or
    lapsed: the worker died. It then takes the lease over (one watchdog wins) and, by the actor's
    ``on_lost`` policy, publishes the job again (``retry``, counted against ``max_retries``) or
@@ -21,6 +25,7 @@ pipeline step.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import uuid
@@ -97,7 +102,7 @@ class Leases(Middleware):
                 self._enter(message, progress.Job(self.store, address.run_id, address.node))
             return
         lease_ms = int(float(actor.options[opt.LEASE]) * 1000)
-        lease_id = f"{message.message_id}:{message.options.get(opt.RETRIES, 0)}"
+        lease_id = lease_id_of(message)
         holder = uuid.uuid4().hex
         record = orjson.dumps({"message": encode_message(message._message).decode()}).decode()
         try:
@@ -105,10 +110,15 @@ class Leases(Middleware):
         except ServiceUnavailable as e:
             put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
-        if not opened:
-            # Delivered again after its worker died between opening the lease and acknowledging:
-            # the lease's watchdog owns the job now.
-            logger.info("Skipping %s: lease %s is open, its watchdog owns the job.", message.message_id, lease_id)
+        if opened == "open":
+            # A copy of a job that runs (or whose worker died and whose watchdog owns it now).
+            logger.info(
+                "Skipping %s: lease %s is open, the job runs or its watchdog owns it.", message.message_id, lease_id
+            )
+            raise SkipMessage
+        if opened == "ended":
+            # A copy (redelivered or duplicated) of a job that ended: its outcome stands.
+            logger.info("Skipping %s: its job ended already (lease %s).", message.message_id, lease_id)
             raise SkipMessage
         try:
             broker.enqueue(broker.get_actor(WATCHDOG).message(lease_id), delay=lease_ms + WATCHDOG_MARGIN_MS)
@@ -179,8 +189,13 @@ class Leases(Middleware):
                     logger.warning("Could not renew %d lease(s): the run store is down.", len(holders))
                     continue
                 for lease_id in lost:
-                    logger.error("Lease %s was taken over: the job runs again elsewhere; stopping it here.", lease_id)
-                    held[lease_id][2].lost.set()
+                    with self._lock:
+                        still_held = self._held.get(lease_id) == held[lease_id]
+                    if still_held:  # not ended meanwhile: another holder has it
+                        logger.error(
+                            "Lease %s was taken over: the job runs again elsewhere; stopping it here.", lease_id
+                        )
+                        held[lease_id][2].lost.set()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._stop.set()
@@ -229,6 +244,16 @@ class Leases(Middleware):
         broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)
         if address is not None:
             self.runtime.fail(dramatiq.broker.MessageProxy(message), address, WorkerLost(reason.error), final=True)
+
+
+def lease_id_of(message: dramatiq.broker.MessageProxy) -> str:
+    """The lease of one attempt of a job: its message id and retry number, and which replay it is (a
+    replayed dead letter keeps its message id and starts its retries again, but is a new job)."""
+    lease_id = f"{message.message_id}:{message.options.get(opt.RETRIES, 0)}"
+    replayed = message.options.get(opt.REPLAYED_FROM)
+    if replayed is not None:
+        lease_id += ":" + hashlib.sha256(str(replayed).encode()).hexdigest()[:16]
+    return lease_id
 
 
 class WorkerLost(PipelinesError):

@@ -28,6 +28,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from pipelines import options as opt
 from pipelines import wire_options
 from pipelines.broker.common import pipeline_broker
+from pipelines.deadlines import DEADLINE_CHECK, DEADLINE_QUEUE, check_deadline
 from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.errors import (
     Cancelled,
@@ -42,6 +43,7 @@ from pipelines.errors import (
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
 from pipelines.runtime import Runtime
+from pipelines.store.roles import StepProgress
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +69,27 @@ class _StepResultWarning(logging.Filter):
 class PipelineSteps(Middleware):
     """Claims, completes and fails pipeline steps through the runtime (see the module docstring)."""
 
-    def __init__(self, *, runtime: Runtime) -> None:
+    def __init__(self, *, runtime: Runtime, store: StepProgress, system_timeout_s: float) -> None:
         self.runtime = runtime
+        self.store = store
+        self.system_timeout_s = system_timeout_s
+
+    def after_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        if DEADLINE_CHECK in broker.actors:
+            return
+        steps_broker = pipeline_broker(broker)
+
+        def check(run_id: str) -> None:
+            check_deadline(steps_broker, self.store, run_id)
+
+        declare = dramatiq.actor(
+            broker=broker,
+            actor_name=DEADLINE_CHECK,
+            queue_name=DEADLINE_QUEUE,
+            max_retries=20,
+            timeout_s=self.system_timeout_s,
+        )
+        declare(check)
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")

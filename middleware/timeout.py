@@ -2,10 +2,17 @@
 
 An actor's ``timeout_s`` (or Dramatiq's ``time_limit`` in ms; default ``[worker] time_limit_s``)
 becomes the message's time limit, which Dramatiq's ``TimeLimit`` enforces by raising
-``TimeLimitExceeded`` in the actor; the failure is transient and retried like any other. A message is
-unacknowledged while its actor runs, and RabbitMQ closes the channel of a delivery unacknowledged for
-longer than its consumer timeout (then redelivers it, forever), so a longer timeout is refused, except
-for ``long_running`` actors, whose messages are acknowledged when they start.
+``TimeLimitExceeded`` in the actor; the failure is transient and retried like any other, and the dead
+letter of one that ran out of retries names the limit. That exception is asynchronous: it interrupts
+Python code between bytecodes, never a call blocked in C (a socket read, a database query, an HTTP
+request, ``time.sleep``), which is stopped only when it returns. So the limit bounds an actor only as
+well as its blocking calls are bounded by timeouts of their own.
+
+A message is unacknowledged while its actor runs, and RabbitMQ closes the channel of a delivery
+unacknowledged for longer than its consumer timeout (then redelivers it, forever), so a longer timeout
+is refused, except for ``long_running`` actors, whose messages are acknowledged when they start. The
+check trusts the time limit: an actor blocked in C past the consumer timeout still has its channel
+closed, hence the advice in the refusal.
 """
 
 from __future__ import annotations
@@ -53,8 +60,10 @@ class Timeout(Middleware):
             raise TimeoutTooLong(
                 f"Actor {actor.actor_name!r} may run {timeout_s:g} s, longer than the broker's consumer timeout "
                 f"({self.consumer_timeout_s:g} s, broker.consumer_timeout_s): RabbitMQ would close the channel "
-                "and redeliver it while it still runs. Split the work into shorter steps, or raise the "
-                "server's consumer_timeout and broker.consumer_timeout_s together."
+                "and redeliver it while it still runs. Split the work into shorter steps, make it "
+                "profile='long_running', or raise the server's consumer_timeout and broker.consumer_timeout_s "
+                "together. Whatever the timeout, give blocking calls (socket, database, HTTP) timeouts of their "
+                "own: the time limit cannot interrupt a call blocked in C."
             )
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:

@@ -91,5 +91,12 @@ def _check(fraction: float | None, text: str) -> None:
         return
     job.last_report = now
     state = job.store.report_progress(job.run_id, job.node, fraction, text)
+    if state == "deadline":
+        job.store.enforce_deadline(job.run_id)
+        state = "failed"
     if state == "cancelled":
         raise Cancelled(f"Run {job.run_id} was cancelled; step {job.node} stops here.")
+    if state == "failed":
+        raise Cancelled(
+            f"Run {job.run_id} failed (its deadline passed, or another step failed); step {job.node} stops here."
+        )

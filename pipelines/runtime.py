@@ -23,7 +23,13 @@ from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id
-from pipelines.errors import ResultTooLarge, ServiceUnavailable, UnknownActor, error_name
+from pipelines.deadlines import schedule_deadline_checks
+from pipelines.errors import (
+    ResultTooLarge,
+    ServiceUnavailable,
+    UnknownActor,
+    error_name,
+)
 from pipelines.naming import run_id_for_key
 from pipelines.plan import Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
@@ -174,6 +180,7 @@ class Runtime:
                 messages = [m.copy(options=dict(first_options)) for m in messages]
             if messages:
                 self._publish_first_steps(broker, messages, outcomes, traced=bool(spans), delay_ms=delay_ms)
+                schedule_deadline_checks(broker, [run_id for run_id, made in outcomes if made], deadline_s)
             return outcomes
         finally:
             for span in spans:

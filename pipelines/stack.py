@@ -36,7 +36,7 @@ from pipelines.store import RunStore
 
 __all__ = ["build_middleware"]
 
-#: Longest the framework's own actors (lease watchdog, schedule check) may run, in seconds.
+#: Longest the framework's own actors (lease watchdog, schedule check, deadline check) may run, in seconds.
 SYSTEM_ACTOR_TIMEOUT_S = 60.0
 
 
@@ -77,7 +77,7 @@ def build_middleware(
     ``on_failure`` keep working; ``Backoff`` replaces its ``Retries`` (same actor options).
     """
     observing: list[dramatiq.Middleware] = []
-    # The framework's own actors (lease watchdog, schedule check) are quick: a short time limit.
+    # The framework's own actors (lease watchdog, schedule check, deadline check) are quick: a short time limit.
     system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
     schedules = Schedules(store=store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s)
     if tracer is not None:
@@ -103,7 +103,7 @@ def build_middleware(
             lease_s=settings.store.step_lease_s,
             retention_s=settings.store.idempotency_retention_s,
         ),
-        PipelineSteps(runtime=runtime),
+        PipelineSteps(runtime=runtime, store=store, system_timeout_s=system_timeout_s),
         Leases(
             runtime=runtime,
             store=store,

@@ -23,7 +23,7 @@ What running the scripts in process costs, measured 2026-12-01 on this project's
 from __future__ import annotations
 
 from pipelines.config import StoreConfig
-from pipelines.store.base import Advance, Claim, LeaseCheck, NewRun, RunStatus, SlotTake, StepStatus
+from pipelines.store.base import Advance, Claim, DeadlineCheck, LeaseCheck, NewRun, RunStatus, SlotTake, StepStatus
 from pipelines.store.embedded import EMBEDDED_URL, embedded_store
 from pipelines.store.redis import RedisRunStore
 from pipelines.store.roles import (
@@ -46,6 +46,7 @@ __all__ = [
     "EMBEDDED_URL",
     "Advance",
     "Claim",
+    "DeadlineCheck",
     "JobLeases",
     "KeyClaims",
     "LeaseCheck",

@@ -173,6 +173,9 @@ class Claim:
 
 KeyClaimKind = Literal["run", "done", "busy"]
 ReopenKind = Literal["reopened", "done", "stopped", "missing"]
+#: What opening a long-running job's lease found: ``opened`` (run it), ``open`` (another copy runs it,
+#: or its watchdog owns it) or ``ended`` (the job ended within the retention period: never run it again).
+LeaseOpenKind = Literal["opened", "open", "ended"]
 
 
 AdvanceKind = Literal["start", "waiting", "done", "duplicate", "stopped", "missing"]
@@ -197,6 +200,16 @@ class Advance:
     """How long that barrier waited between its first and its last member; None when no barrier was released."""
     run_created_at_ms: int | None = None
     """On ``done``: when the run was created."""
+
+
+@dataclass(frozen=True)
+class DeadlineCheck:
+    """A run's deadline, checked: ``failed`` now (naming the ``step`` that was running, if one was),
+    ``wait`` ``wait_ms`` more, or ``none`` (no deadline, or the run ended)."""
+
+    kind: Literal["failed", "wait", "none"]
+    wait_ms: int = 0
+    step: str | None = None
 
 
 @dataclass(frozen=True)

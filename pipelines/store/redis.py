@@ -41,8 +41,10 @@ from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
     Claim,
+    DeadlineCheck,
     KeyClaimKind,
     LeaseCheck,
+    LeaseOpenKind,
     NewRun,
     ReopenKind,
     RunPage,
@@ -123,6 +125,8 @@ class RedisRunStore:
         self._lease_open = self._redis.register_script(_script("lease_open"))
         self._lease_renew = self._redis.register_script(_script("lease_renew"))
         self._lease_take = self._redis.register_script(_script("lease_take"))
+        self._lease_close = self._redis.register_script(_script("lease_close"))
+        self._deadline = self._redis.register_script(_script("deadline"))
         self._tick_claim = self._redis.register_script(_script("tick_claim"))
         self._tick_sweep = self._redis.register_script(_script("tick_sweep"))
         self._reserve = self._redis.register_script(_script("reserve"))
@@ -239,6 +243,9 @@ class RedisRunStore:
     def fail_run(self, run_id: str, error: str) -> None:
         replies.finish(self._run(self._finish, [self._key(run_id)], ["failed", error, self._retention_ms]))
 
+    def enforce_deadline(self, run_id: str) -> DeadlineCheck:
+        return replies.deadline(self._run(self._deadline, [self._key(run_id)], [self._retention_ms]))
+
     def cancel_run(self, run_id: str) -> bool:
         return replies.finish(self._run(self._finish, [self._key(run_id)], ["cancelled", "", self._retention_ms]))
 
@@ -344,7 +351,7 @@ class RedisRunStore:
     def _lease(self, lease_id: str) -> str:
         return lease_key(self._namespace, lease_id)
 
-    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
+    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> LeaseOpenKind:
         args = [holder, lease_ms, record, self._retention_ms]
         return replies.lease_open(self._run(self._lease_open, [self._lease(lease_id)], args))
 
@@ -362,8 +369,7 @@ class RedisRunStore:
         return [lost for lost, reply in zip(ids, replies_by_lease, strict=True) if replies.lease_renew(reply, [lost])]
 
     def close_lease(self, lease_id: str) -> None:
-        with self._answering():
-            self._redis.delete(self._lease(lease_id))
+        replies.lease_close(self._run(self._lease_close, [self._lease(lease_id)], []))
 
     def take_expired_lease(self, lease_id: str) -> LeaseCheck:
         return replies.lease_take(self._run(self._lease_take, [self._lease(lease_id)], []))

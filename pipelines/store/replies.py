@@ -18,8 +18,10 @@ from pipelines.store.base import (
     AdvanceKind,
     Claim,
     ClaimKind,
+    DeadlineCheck,
     KeyClaimKind,
     LeaseCheck,
+    LeaseOpenKind,
     ReopenKind,
     RunState,
     RunStatus,
@@ -112,18 +114,36 @@ def key_release(reply: Any) -> bool:
     return bool(reply)
 
 
+def deadline(reply: Any) -> DeadlineCheck:
+    """``deadline.lua``: what checking the run's deadline did."""
+    kind = text(reply[0])
+    if kind == "failed":
+        return DeadlineCheck("failed", step=text(reply[1]) or None)
+    if kind == "wait":
+        return DeadlineCheck("wait", wait_ms=int(reply[1]))
+    return DeadlineCheck("none")
+
+
 def progress(reply: Any) -> str | None:
     """``progress.lua``: the run's state, or None for an unknown run."""
     return text(reply) if reply else None
 
 
-def lease_open(reply: Any) -> bool:
-    """``lease_open.lua``: whether the lease was opened (False: one was open already)."""
+def lease_open(reply: Any) -> LeaseOpenKind:
+    """``lease_open.lua``: ``opened``, ``open`` or ``ended``."""
+    kind = text(reply)
+    if kind not in ("opened", "open", "ended"):
+        raise ValueError(f"lease_open.lua replied {kind!r}")
+    return cast(LeaseOpenKind, kind)
+
+
+def lease_close(reply: Any) -> bool:
+    """``lease_close.lua``: whether there was a lease to close."""
     return bool(reply)
 
 
 def lease_renew(reply: Any, lease_ids: Sequence[str]) -> list[str]:
-    """``lease_renew.lua``: the leases of ``lease_ids`` (in the order sent) this worker no longer holds."""
+    """``lease_renew.lua``: the leases of ``lease_ids`` (in the order sent) another holder took over."""
     return [lease_ids[int(index) - 1] for index in reply]
 
 

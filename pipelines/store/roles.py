@@ -30,8 +30,10 @@ from pipelines.plan import Frame
 from pipelines.store.base import (
     Advance,
     Claim,
+    DeadlineCheck,
     KeyClaimKind,
     LeaseCheck,
+    LeaseOpenKind,
     NewRun,
     ReopenKind,
     RunFeed,
@@ -147,10 +149,15 @@ class RunPlans(Protocol):
 
 
 class StepProgress(Protocol):
-    """Progress reports of running steps."""
+    """Progress reports of running steps, and their run's deadline."""
 
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
-        """Record a running step's progress (``fraction`` None records nothing); returns the run's state."""
+        """Record a running step's progress (``fraction`` None records nothing); returns the run's state,
+        or ``deadline`` when the run passed its deadline (then :meth:`enforce_deadline` fails it)."""
+
+    def enforce_deadline(self, run_id: str) -> DeadlineCheck:
+        """Fail the run if it passed its deadline, naming the step that was running (that step, and any
+        other running, is marked failed, so its progress reports and cancel checks raise)."""
 
 
 class StepReplays(Protocol):
@@ -193,14 +200,16 @@ class KeyClaims(Protocol):
 class JobLeases(Protocol):
     """Leases of long-running jobs: opened, renewed by their worker, closed, taken over by a watchdog."""
 
-    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> bool:
-        """Open a long-running job's lease with its ``record`` (JSON); False if one is open already."""
+    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> LeaseOpenKind:
+        """Open a long-running job's lease with its ``record`` (JSON), unless one is open or the job ended."""
 
     def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
-        """Extend the leases (lease id → holder) this worker holds; returns those it no longer holds."""
+        """Extend the leases (lease id → holder) this worker holds; returns those another holder took over
+        (a lease closed meanwhile is not one of them)."""
 
     def close_lease(self, lease_id: str) -> None:
-        """The job ended (or was handed to a retry): its watchdog has nothing left to do."""
+        """The job ended (or was handed to a retry): its watchdog has nothing left to do, and the lease is
+        kept closed for the retention period so that no copy of the job's message runs it again."""
 
     def take_expired_lease(self, lease_id: str) -> LeaseCheck:
         """Take over a lease whose holder stopped renewing it (atomically: one watchdog wins)."""

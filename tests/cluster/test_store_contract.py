@@ -18,6 +18,7 @@ from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
 from tests.pipelines.store.test_once_marks import *  # noqa: F403
 from tests.pipelines.store.test_rate_slots import *  # noqa: F403
+from tests.pipelines.store.test_run_deadlines import *  # noqa: F403
 from tests.pipelines.store.test_run_feeds import *  # noqa: F403
 from tests.pipelines.store.test_run_index import *  # noqa: F403
 from tests.pipelines.store.test_run_plans import *  # noqa: F403

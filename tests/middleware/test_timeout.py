@@ -37,6 +37,8 @@ def test_an_actor_over_its_timeout_is_stopped_retried_and_then_dead_lettered(
     assert len(attempts) == 2
     assert [letter.reason.reason for letter in letters] == ["retries exhausted"]
     assert letters[0].reason.error_type == "TimeLimitExceeded"
+    assert letters[0].reason.error is not None
+    assert "ran past its time limit of 0.2 s (timeout_s" in letters[0].reason.error
     assert letters[0].reason.attempts == 2
 
 

@@ -32,7 +32,9 @@ def test_an_ordered_actors_partitions_are_all_watched_and_other_queues_are_not()
 
     assert len(partitions) == 3
     assert watched == sorted(partitions)
-    assert set(everything) == {*partitions, *app.broker.topology.consume_queues["send"]}
+    # Every queue, the run deadline check's too (a system actor, served by workers without --queues).
+    system = app.broker.topology.consume_queues["pipelines_run_deadline"]
+    assert set(everything) == {*partitions, *app.broker.topology.consume_queues["send"], *system}
     document = yaml.safe_load(scaled_object(Scaling(deployment="true", value=7), watched))
     assert document["metadata"]["name"] == "true"  # quoted where YAML would read another type
     assert [t["metadata"]["queueName"] for t in document["spec"]["triggers"]] == watched

@@ -12,6 +12,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
+from queue import Empty
 from typing import Any
 
 import dramatiq
@@ -23,11 +24,13 @@ from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.broker.rabbitmq.confirms import Outgoing
 from pipelines.broker.rabbitmq.connections import Connections, dramatiq_error, node_parameters
-from pipelines.broker.rabbitmq.consuming import Delivery, GroupConsumer
+from pipelines.broker.rabbitmq.consuming import GroupConsumer
 from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
+from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.publishing import Publishing
 from pipelines.broker.rabbitmq.screening import DeadLetterMarks
+from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.rabbitmq.workers import RunningWorkers
 from pipelines.codec import encode_message, warn_custom_encoder
 from pipelines.config import BrokerConfig
@@ -76,6 +79,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self._dead_letters = RabbitDeadLetters(
             connections=connections, declarer=self._declarer, publishing=self._publishing, ensure=self.ensure_topology
         )
+        self._windows: dict[str, LongRunningWindow] = {}
+        """Each Dramatiq queue name's long-running window; it outlives consumers that reconnect."""
 
     @property
     def publish_count(self) -> int:
@@ -92,6 +97,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             consumers = [c for c in self._consumers if c.queue_name == actor.queue_name]
             if consumers:
                 queues, one_at_a_time = self._actor_queues(actor.queue_name, only=actor.actor_name)
+                self._window(actor.queue_name, queues)  # a late long-running actor joins the window
                 for consumer in consumers:
                     consumer.add_queues(queues, one_at_a_time)
         self._workers.warn_unconsumed(actor)
@@ -119,6 +125,26 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         elif signal == "worker_shutdown":
             self._workers.discard(args[0])
         super().emit_before(signal, *args, **kwargs)
+        if signal == "worker_shutdown" and args:
+            self._stop_consuming(args[0])
+
+    def _stop_consuming(self, worker: dramatiq.Worker) -> None:
+        """Before the worker stops its threads: take nothing more, and return what no thread started yet
+        (Dramatiq stops its consumers only after the threads, while running jobs end)."""
+        for window in self._windows.values():
+            window.stopping = True
+        with self._consumers_lock:
+            consumers = list(self._consumers)
+        for consumer in consumers:
+            consumer.wake()
+        while True:
+            try:
+                item = worker.work_queue.get_nowait()
+            except Empty:
+                return
+            if isinstance(item.message, Delivery):
+                item.message.consumer.requeue([item.message])
+            worker.work_queue.task_done()
 
     def _check_access(self) -> None:
         """A worker whose login RabbitMQ refuses stops at boot with the reason (the ``dramatiq`` CLI
@@ -220,11 +246,15 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self.ensure_topology()
         except BrokerUnavailable as e:
             raise dramatiq_error(ConnectionFailed, str(e)) from None  # one line, then Dramatiq retries
-        consumer = GroupConsumer(self, queue_name, self.config.prefetch or prefetch, timeout)
+        with self._consumers_lock:
+            window = self._window(queue_name, {})
+        consumer = GroupConsumer(self, queue_name, self.config.prefetch or prefetch, timeout, window=window)
         # Registered and given its queues at once, so an actor declared meanwhile is in one or the other.
         with self._consumers_lock:
             self._consumers.add(consumer)
-            consumer.add_queues(*self._actor_queues(queue_name), wake=False)
+            queues, one_at_a_time = self._actor_queues(queue_name)
+            self._window(queue_name, queues)  # its long-running queues are in the window before it takes them
+            consumer.add_queues(queues, one_at_a_time, wake=False)
         try:
             consumer.subscribe_pending()
         except BaseException:
@@ -243,11 +273,22 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             for queue in topology.consume_queues[actor.actor_name]
         }
         # An ordered partition must not have a second message out while one is processed; a
-        # long-running job is acknowledged on start, so one at a time keeps a worker from hoarding.
+        # long-running queue takes one delivery at a time, and none while no thread is free (``window``).
         one_at_a_time = {
             queue for queue, actor in queues.items() if topology.actor_profiles[actor] in ("ordered", "long_running")
         }
         return queues, one_at_a_time
+
+    def _window(self, queue_name: str, queues: dict[str, str]) -> LongRunningWindow:
+        """Queue name ``queue_name``'s long-running window, with the long-running ones of ``queues``
+        (queue → actor) added; its capacity is the threads of the workers running here."""
+        profiles = self.topology.actor_profiles
+        window = self._windows.get(queue_name)
+        if window is None:
+            window = self._windows[queue_name] = LongRunningWindow(set(), capacity=1)
+        window.capacity = max(1, self._workers.threads())
+        window.add({queue for queue, actor in queues.items() if profiles[actor] == "long_running"})
+        return window
 
     def forget_consumer(self, consumer: GroupConsumer) -> None:
         """A closed consumer takes no more actors."""

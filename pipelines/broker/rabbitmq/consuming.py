@@ -2,7 +2,9 @@
 
 The group is open: an actor declared on the queue name after the worker started is added to the
 running consumer (``add_queues`` from the declaring thread, subscribed by the consumer's own thread on
-its next turn), as Dramatiq's own consumer reads whatever is sent to its queue name.
+its next turn), as Dramatiq's own consumer reads whatever is sent to its queue name. A late
+long-running actor's queues join the consumer's long-running window (``window``): subscribed only
+while the window is open, else when it opens again.
 
 Each delivery is screened before Dramatiq sees it (``screening``): one that is not a message for the
 queue's actor (not JSON, fields missing, another actor's, over the size limit, an option or header of
@@ -16,17 +18,16 @@ one is acknowledged, and a retry in place goes back to the head of its queue.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
-import orjson
 import pika
 from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
@@ -34,8 +35,10 @@ from dramatiq.errors import ConnectionClosed
 from pipelines import options as opt
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connections import dramatiq_error
+from pipelines.broker.rabbitmq.delivery import Delivery, letter_id
 from pipelines.broker.rabbitmq.screening import dead_letter_reason, screen
 from pipelines.broker.rabbitmq.settling import Settlements
+from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.codec import encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso, reason_for
 from pipelines.errors import PipelinesError
@@ -46,56 +49,39 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Longest message id taken from a body for a dead letter that came without one.
-MAX_LETTER_ID_CHARS = 200
 #: AMQP reply code of a queue that does not exist.
 NOT_FOUND = 404
-
-
-class Delivery(dramatiq.broker.MessageProxy):
-    """A message as one consumer received it: its delivery tag is only valid on that consumer's channel."""
-
-    def __init__(
-        self,
-        message: dramatiq.Message[Any],
-        *,
-        tag: int,
-        redelivered: bool,
-        consumer: GroupConsumer,
-        queue: str,
-        routing_key: str,
-        delivery_count: int,
-        body: bytes = b"",
-    ) -> None:
-        super().__init__(message)
-        self.tag = tag
-        self.redelivered = redelivered
-        self.consumer = consumer
-        self.queue = queue
-        self.routing_key = routing_key
-        self.body = body
-        """The body as it was received (what a redelivered copy of it carries)."""
-        self.settled = False
-        """Acknowledged already (a long-running job, on start): later settlements send nothing."""
-        outcome = outcome_of(self)
-        outcome.queue = queue
-        outcome.delivery_count = delivery_count
 
 
 class GroupConsumer(dramatiq.broker.Consumer):
     """Consumes every actor queue of one Dramatiq queue name on one channel (see the module docstring)."""
 
-    def __init__(self, broker: ExchangeBroker, queue_name: str, prefetch: int, timeout_ms: int) -> None:
+    def __init__(
+        self, broker: ExchangeBroker, queue_name: str, prefetch: int, timeout_ms: int, *, window: LongRunningWindow
+    ) -> None:
         self.broker = broker
         self.queue_name = queue_name
         self.prefetch = prefetch
         self.timeout_s = timeout_ms / 1000
+        self.window = window
+        self.queues: dict[str, str] = {}
+        """The actor queues taken so far (queue → its actor)."""
         self._ready: deque[tuple[Any, Any, bytes]] = deque()
         self._actors_by_tag: dict[str, str] = {}
         self._queues_by_tag: dict[str, str] = {}
         self._pending: dict[str, tuple[str, bool]] = {}
         """Actor queues to start consuming (queue → its actor, one at a time?), added from any thread."""
         self._pending_lock = threading.Lock()
+        self._long_queues: list[str] = []
+        """The long-running queues taken so far (consumed while the window is open)."""
+        self._long_tags: list[str] = []
+        """The consumer tags of the long-running queues while their window is open."""
+        self._stopped = False
+        """Consumers cancelled for shutdown: a delivery rejected now is not delivered here again."""
+        self._returning: list[Delivery] = []
+        """Deliveries to return once the consumers are cancelled (see :meth:`requeue`)."""
+        self._returning_lock = threading.Lock()
+        self._cancelled: set[str] = set()
         try:
             self.connection = pika.BlockingConnection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
@@ -106,7 +92,8 @@ class GroupConsumer(dramatiq.broker.Consumer):
     def add_queues(self, queues: dict[str, str], one_at_a_time: set[str], *, wake: bool = True) -> None:
         """Consume these actor queues too (queue → actor), from the next ``__next__`` on; any thread may
         call this (an actor declared after the worker started): the consumer's own thread subscribes,
-        woken from its wait for deliveries unless ``wake`` is false (it is the caller)."""
+        woken from its wait for deliveries unless ``wake`` is false (it is the caller). Long-running
+        queues are in ``window.queues`` before they are added here."""
         with self._pending_lock:
             self._pending |= {q: (a, q in one_at_a_time) for q, a in queues.items()}
         if not wake:
@@ -117,25 +104,31 @@ class GroupConsumer(dramatiq.broker.Consumer):
             logger.debug("Consumer of %r is closed; its replacement consumes the new queues.", self.queue_name)
 
     def subscribe_pending(self) -> None:
-        """Start consuming the queues added since the last call (in the consumer's own thread)."""
+        """Start consuming the queues added since the last call (in the consumer's own thread); a
+        long-running one only while the window is open, else :meth:`_steer` does when it opens."""
         with self._pending_lock:
             pending, self._pending = self._pending, {}
-        consumed = set(self._queues_by_tag.values())
-        pending = {q: entry for q, entry in pending.items() if q not in consumed}
-        if not pending:
+        pending = {q: entry for q, entry in pending.items() if q not in self.queues}
+        if not pending or self._stopped:
             return
         try:
             self.broker.ensure_topology()  # a late actor's queues are declared before they are consumed
+            # Open: consuming its long-running queues (or it has none yet) and a thread is free.
+            window_open = (bool(self._long_tags) or not self._long_queues) and not self.window.full
+            self.queues |= {q: actor for q, (actor, _) in pending.items()}
+            self._long_queues = sorted({*self._long_queues, *(q for q in pending if q in self.window.queues)})
             # basic.qos applies to the consumers started after it on this channel, each on its own.
             for limit, single in ((self.prefetch, False), (1, True)):
-                group = sorted(q for q, (_, one) in pending.items() if one is single)
+                group = sorted(
+                    q
+                    for q, (_, one) in pending.items()
+                    if one is single and (window_open or q not in self.window.queues)
+                )
                 if not group:
                     continue
                 self.channel.basic_qos(prefetch_count=limit)
                 for queue in group:
-                    tag = self.channel.basic_consume(queue, self._on_delivery)
-                    self._actors_by_tag[tag] = pending[queue][0]
-                    self._queues_by_tag[tag] = queue
+                    self._consume(queue)
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(self.broker.thread_connections.unavailable(e))) from None
         except PipelinesError as e:
@@ -151,11 +144,52 @@ class GroupConsumer(dramatiq.broker.Consumer):
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
         self._ready.append((method, properties, body))
 
+    def _consume(self, queue: str) -> None:
+        tag = self.channel.basic_consume(queue, self._on_delivery)
+        self._actors_by_tag[tag] = self.queues[queue]
+        self._queues_by_tag[tag] = queue
+        if queue in self.window.queues:
+            self._long_tags.append(tag)
+
+    def _steer(self) -> None:
+        """Open or close the long-running window by the threads free for it; stop consuming on shutdown
+        (see :mod:`pipelines.broker.rabbitmq.window`)."""
+        if self.window.stopping and not self._stopped:
+            self._cancel(list(self._queues_by_tag))
+            with self._returning_lock:
+                self._stopped = True
+                returning, self._returning = self._returning, []
+            self._return(returning)
+        elif self.window.full and self._long_tags:
+            self._cancel(self._long_tags)
+        elif self._long_queues and not self._long_tags and not self.window.full and not self._stopped:
+            waiting = {method.consumer_tag for method, _, _ in self._ready}
+            for tag in [t for t in self._cancelled if t not in waiting]:  # forget consumers cancelled before
+                del self._queues_by_tag[tag], self._actors_by_tag[tag]
+                self._cancelled.discard(tag)
+            self.channel.basic_qos(prefetch_count=1)
+            for queue in self._long_queues:
+                self._consume(queue)
+
+    def _cancel(self, tags: list[str]) -> None:
+        for tag in tags:
+            if tag not in self._cancelled:
+                self._cancelled.add(tag)
+                self.channel.basic_cancel(tag)
+        self._long_tags.clear()
+
+    def wake(self) -> None:
+        """Wake ``__next__`` (from any thread), so that it steers the window at once."""
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            self.connection.add_callback_threadsafe(lambda: None)
+
     def __next__(self) -> dramatiq.broker.MessageProxy | None:
         self.subscribe_pending()
         try:
+            self._steer()
             if not self._ready:
                 self.connection.process_data_events(time_limit=self.timeout_s)
+                self._steer()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(e)) from None
         if not self._ready:
@@ -163,6 +197,15 @@ class GroupConsumer(dramatiq.broker.Consumer):
         method, properties, body = self._ready.popleft()
         actor = self._actors_by_tag[method.consumer_tag]
         queue = self._queues_by_tag[method.consumer_tag]
+        if not self.window.admits(queue):
+            # No thread would run it now (or the worker stops): back to its queue rather than held here,
+            # once the consumer that would take it again is cancelled.
+            try:
+                self._steer()
+            except CONNECTION_ERRORS as e:
+                raise self._closed(e, str(e)) from None
+            self.settlements.reject(method.delivery_tag, requeue=True)
+            return None
         if method.redelivered and self.broker.dead_letter_marks.seen(queue, body):
             # Dead-lettered already; its acknowledgement was lost with a channel.
             logger.info("Acknowledging a redelivered copy of a message dead-lettered already (queue %s).", queue)
@@ -199,7 +242,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 self._redelay(method, message, int(eta), queue, body)
                 return None
             message = dramatiq.Message(**{**message.asdict(), "options": options})
-        return Delivery(
+        delivery = Delivery(
             message,
             tag=method.delivery_tag,
             redelivered=method.redelivered,
@@ -209,6 +252,13 @@ class GroupConsumer(dramatiq.broker.Consumer):
             delivery_count=delivery_count,
             body=body,
         )
+        delivery.counted = self.window.count(queue)
+        if delivery.counted and self.window.full:
+            try:
+                self._steer()  # closed before the job starts, so its early acknowledgement takes nothing in
+            except CONNECTION_ERRORS as e:
+                raise self._closed(e, str(e)) from None
+        return delivery
 
     def _redelay(self, method: Any, message: dramatiq.Message[Any], eta: int, queue: str, body: bytes) -> None:
         """Back from a delay tier before it is due: on to the next tier, then let go of it here (if that
@@ -251,7 +301,15 @@ class GroupConsumer(dramatiq.broker.Consumer):
             message.settled = True
             self.settlements.ack(message.tag)
 
+    def _release(self, message: dramatiq.broker.MessageProxy) -> None:
+        """A long-running job ended: wake the consumer if a thread is free for the next one."""
+        if isinstance(message, Delivery) and message.counted:
+            message.counted = False
+            if self.window.release():
+                self.wake()
+
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        self._release(message)
         if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
         elif outcome_of(message).requeue_in_place:
@@ -261,6 +319,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             self.settlements.ack(message.tag)
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
+        self._release(message)
         if not self._owns(message):
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
             return
@@ -282,7 +341,25 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._dead_letter(message.tag, body, message.message_id, reason, home, received=message.body)
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
-        """Unacked deliveries return to their queues when the channel closes."""
+        """Return deliveries never started to their queues (from any thread), once this consumer's
+        consumers are cancelled: rejected earlier, RabbitMQ would deliver them here again at once."""
+        owned = []
+        for message in messages:
+            self._release(message)
+            if self._owns(message) and isinstance(message, Delivery) and not message.settled:
+                owned.append(message)
+        with self._returning_lock:
+            if not self._stopped:
+                self._returning.extend(owned)
+                owned = []
+        self._return(owned)
+        self.wake()
+
+    def _return(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            if not delivery.settled:
+                delivery.settled = True
+                self.settlements.reject(delivery.tag, requeue=True)
 
     def close(self) -> None:
         self.broker.forget_consumer(self)
@@ -296,16 +373,3 @@ class GroupConsumer(dramatiq.broker.Consumer):
             self.connection.close()
         except CONNECTION_ERRORS:
             pass
-
-
-def letter_id(body: bytes) -> str:
-    """An id for a dead letter published without one: the body's ``message_id`` if it has a usable
-    one, else a new one (so that ``dlq show``/``replay``/``purge`` can name every letter)."""
-    try:
-        decoded = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        decoded = None
-    found = decoded.get("message_id") if isinstance(decoded, dict) else None
-    if isinstance(found, str) and 0 < len(found) <= MAX_LETTER_ID_CHARS and found.isprintable():
-        return found
-    return f"unnamed-{uuid.uuid4().hex}"

@@ -1,4 +1,5 @@
-"""The workers running in this process, so that an actor nobody here will consume is reported.
+"""The workers running in this process, so that an actor nobody here will consume is reported, and
+the threads that run long-running jobs are known (``window``).
 
 Dramatiq's worker starts a consumer for every queue name declared while it runs, unless it was
 started for other queue names (``dramatiq --queues``): then an actor declared on a new queue name has
@@ -40,6 +41,12 @@ class RunningWorkers:
         if not workers:
             return None
         return {name for worker in workers for name in list(worker.consumers)}
+
+    def threads(self) -> int:
+        """The worker threads running here (1 when no worker runs: a consumer started on its own)."""
+        with self._lock:
+            workers = list(self._workers)
+        return sum(int(getattr(worker, "worker_threads", 1)) for worker in workers) or 1
 
     def warn_unconsumed(self, actor: dramatiq.Actor[Any, Any]) -> None:
         """Warn when workers run here and none of them consumes ``actor``'s queue name."""

@@ -18,6 +18,8 @@ local step = cjson.decode(raw)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local redrive = step.s == 'succeeded'
+-- A step failed while it ran (its run passed its deadline) stays failed: its run ended
+if step.s == 'failed' and status ~= 'pending' and status ~= 'running' then return {'stopped', status} end
 if not redrive then
   if ARGV[2] == '' then return {'missing'} end
   step.s = 'succeeded'

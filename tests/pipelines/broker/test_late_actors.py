@@ -135,3 +135,50 @@ def test_an_actor_queue_counts_the_consumers_reading_it(make_app: Any, start_wor
         time.sleep(0.05)
     assert broker.queue_consumers(queue) == 1
     assert broker.queue_consumers(f"{queue}.nonexistent") is None
+
+
+def await_consumers(broker: ExchangeBroker, queue: str, count: int) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while broker.queue_consumers(queue) != count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert broker.queue_consumers(queue) == count
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_a_long_running_actor_declared_late_is_consumed_only_once_a_thread_is_free_for_it(
+    make_app: Any, start_worker: Any
+) -> None:
+    app: App = make_app()
+    broker = app.broker
+    assert isinstance(broker, ExchangeBroker)
+    seen = Seen()
+    release = threading.Event()
+
+    def busy() -> None:
+        seen.add("busy")
+        release.wait(TIMEOUT_S)
+
+    first = dramatiq.actor(actor_name="busy", broker=broker, profile="long_running", lease_s=5)(busy)
+    start_worker(app, threads=1)
+    try:
+        first.send()
+        seen.wait_for(1)
+        # The only thread runs a long-running job: the window is full when the late actors are added.
+        late = dramatiq.actor(actor_name="late_long", broker=broker, profile="long_running", lease_s=5)(
+            lambda: seen.add("late_long")
+        )
+        # On the same queue name, so the same consumer takes up both.
+        plain = dramatiq.actor(actor_name="late_plain", queue_name=late.queue_name, broker=broker)(
+            lambda: seen.add("late_plain")
+        )
+        late.send()
+        plain.send()
+        topology = broker.topology
+        # The plain queue, added after the long-running one, is consumed: both were taken up by then.
+        await_consumers(broker, topology.actor_queues["late_plain"], 1)
+        assert broker.queue_consumers(topology.actor_queues["late_long"]) == 0
+        assert broker.queue_depth(topology.actor_queues["late_long"]) == 1
+    finally:
+        release.set()
+
+    assert seen.wait_for(3) == ["busy", "late_long", "late_plain"]

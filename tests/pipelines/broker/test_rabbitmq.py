@@ -74,7 +74,8 @@ def test_startup_declares_exchanges_quorum_queues_and_bindings_and_redeclaring_c
     assert queues[f"{resize}.dead"] == {"x-queue-type": "quorum"}
     assert queues[f"{ns}.delay.1000ms"]["x-message-ttl"] == 1000
     assert queues[f"{ns}.delay.1000ms"]["x-dead-letter-exchange"] == f"{ns}.work"
-    assert len(queues) == 2 * 2 + len(app.settings.broker.delay_tiers_s)
+    # Two actors, each with its dead-letter queue; the run deadline check (a system actor) and its own.
+    assert len(queues) == 2 * 2 + 2 + len(app.settings.broker.delay_tiers_s)
 
     bindings = {
         (b["source_name"], b["destination_name"], b["routing_key"])
