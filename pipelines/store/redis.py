@@ -10,19 +10,16 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, cast
-from urllib.parse import urlsplit
 
 import orjson
 import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
-from pipelines.errors import StoreUnavailable
-from pipelines.masking import mask_url
 from pipelines.naming import (
     idempotency_record_key,
     lease_key,
@@ -37,6 +34,7 @@ from pipelines.naming import (
 from pipelines.plan import Frame
 from pipelines.redis_cluster import cluster_client, is_cluster_url
 from pipelines.store import replies
+from pipelines.store.answering import answering
 from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
@@ -62,22 +60,6 @@ SOCKET_TIMEOUT_S = 5.0
 CHANGE_CALLBACK_INTERVAL_S = 0.2
 #: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
 LIVENESS_CHECK_S = 30.0
-
-
-#: Error replies Redis gives while it cannot serve for a while (it may, a moment later): loading its data,
-#: a replica that is read-only or has lost its master, a script running too long, out of memory, a
-#: cluster failing over. LOADING arrives as redis-py's BusyLoadingError, a ConnectionError.
-TRANSIENT_REPLIES = ("READONLY", "BUSY", "OOM", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "LOADING")
-
-
-def _transient_reply(error: redis.ResponseError) -> bool:
-    return str(error).split(" ", 1)[0] in TRANSIENT_REPLIES or isinstance(
-        error,
-        redis.exceptions.ReadOnlyError
-        | redis.exceptions.OutOfMemoryError
-        | redis.exceptions.ClusterDownError
-        | redis.exceptions.TryAgainError,
-    )
 
 
 def _script(name: str) -> str:
@@ -132,32 +114,8 @@ class RedisRunStore:
         self._reserve = self._redis.register_script(_script("reserve"))
         self._rate_take = self._redis.register_script(_script("rate_take"))
 
-    @contextmanager
-    def _answering(self) -> Iterator[None]:
-        try:
-            yield
-        except redis.AuthenticationError as e:
-            raise StoreUnavailable(
-                f"Redis at {mask_url(self._url)} refused the login ({e}). Check the user name and password "
-                "in store.url (or PIPELINES_STORE__URL)."
-            ) from None
-        except redis.ResponseError as e:
-            if _transient_reply(e):
-                raise StoreUnavailable(
-                    f"Redis at {mask_url(self._url)} cannot serve now ({e}). It is loading, read-only, busy, out "
-                    "of memory or without its master; the operation is tried again later."
-                ) from None
-            if "DB index" not in str(e):
-                raise
-            raise StoreUnavailable(
-                f"Redis at {mask_url(self._url)} has no database {urlsplit(self._url).path.strip('/')} ({e}). "
-                "Use a database number the server has (0-15 by default) in store.url."
-            ) from None
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise StoreUnavailable(
-                f"Redis at {mask_url(self._url)} does not answer ({e}). Is it running? "
-                "Try `docker compose up -d redis`, or set store.url in config.toml."
-            ) from None
+    def _answering(self) -> AbstractContextManager[None]:
+        return answering(self._url)
 
     def _run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`)."""
