@@ -60,7 +60,8 @@ def test_quorum_queues_get_the_configured_replicas_and_rabbitmqs_default_of_ever
 
     found = {namespace: replicas(rabbit_cluster, namespace) for namespace in (unset, two)}
     print(f"\nfigures: quorum queue members, unset: {set(found[unset].values())}, set to 2: {set(found[two].values())}")
-    assert len(found[unset]) == len(found[two]) == 3  # the actor's queue, its dead letters, one delay tier
+    # The actor's queue and its dead letters, the deadline checks' queue and its dead letters, one delay tier.
+    assert len(found[unset]) == len(found[two]) == 5
     assert set(found[unset].values()) == {3}
     assert set(found[two].values()) == {2}
 

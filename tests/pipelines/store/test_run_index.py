@@ -86,6 +86,7 @@ def test_find_runs_filters_by_pipeline_time_and_key_and_combines_filters(store: 
     reports = _started(store, new_chord, 2, pipeline="report")
     store.claim_step(reports[0].run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS)
     keyed = replace(new_chord(1, key="invoice-4"), pipeline="report")
+    time.sleep(0.002)  # a millisecond after the others: the keyed run's id (its key's) decides no tie
     store.create_run(keyed)
     before = int(time.time() * 1000) - 60_000
 
