@@ -10,7 +10,6 @@ acknowledged but not yet replicated is lost with it (replication is asynchronous
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pipelines.config import Settings
 from pipelines.naming import run_key
 from pipelines.store import RedisRunStore
 from tests.conftest import AMQP_URL, TEST_DELAY_TIERS_S
+from tests.housekeeping import start_process, stop_process
 
 HELPERS = Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"
 sys.path.insert(0, str(HELPERS))
@@ -92,13 +92,12 @@ def test_runs_survive_the_sigkill_of_a_store_primary_with_each_keyed_effect_once
         busiest, _ = by_primary.most_common(1)[0]
         replicas = redis_cluster.primaries()[busiest]
         with log.open("ab") as out:
-            worker = subprocess.Popen(
+            worker = start_process(
                 [str(Path(sys.executable).parent / "dramatiq"), "stall_worker", "--path", str(HELPERS)],
                 env=env,
                 cwd=HELPERS.parents[2],
                 stdout=out,
                 stderr=out,
-                start_new_session=True,
             )
         _wait(lambda: sum(effects.counts().values()) >= CHAINS * STEPS // 3, 90, "a third of the work not done", log)
         redis_cluster.kill(busiest)
@@ -120,13 +119,8 @@ def test_runs_survive_the_sigkill_of_a_store_primary_with_each_keyed_effect_once
         assert len(keyed) == CHAINS * STEPS
         assert set(keyed.values()) == {1}
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(timeout=30)
+        if worker is not None:
+            stop_process(worker)
         assert isinstance(app.store, RedisRunStore)
         app.store.delete_namespace()  # the cluster's keys
         app.close()

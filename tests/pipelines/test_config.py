@@ -122,6 +122,13 @@ def test_environment_values_are_parsed_like_the_file(
         ),
         ("[broker]\ndelay_tiers_s = []\n", "broker.delay_tiers_s", "[]", "PIPELINES_BROKER__DELAY_TIERS_S"),
         ('[store]\nurl = "http://cache/0"\n', "store.url", "'http://cache/0'", "PIPELINES_STORE__URL"),
+        ('[store]\nurl = "redis+cluster://cache"\n', "store.url", "'redis+cluster://cache'", "PIPELINES_STORE__URL"),
+        (
+            '[store]\nurl = "redis+cluster://c:7000/3"\n',
+            "store.url",
+            "'redis+cluster://c:7000/3'",
+            "PIPELINES_STORE__URL",
+        ),
         ("[metrics]\nport = 0\n", "metrics.port", "0", "PIPELINES_METRICS__PORT"),
         ("[broker.tls]\nca_file = 5\n", "broker.tls.ca_file", "5", "PIPELINES_BROKER__TLS__CA_FILE"),
     ],
