@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.testing import embedded_app
 from pipelines.top import scrape_counts
-from tests.test_observability_processes import TIMEOUT_S, Worker, environment, free_port, pipelines, wait_for_scrape
+from tests.ports import free_port
+from tests.test_observability_processes import TIMEOUT_S, Worker, environment, pipelines, wait_for_scrape
 
 CHARGE = (("actor", "charge_payment"), ("queue", "orders"))
 

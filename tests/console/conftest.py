@@ -9,7 +9,6 @@ a root user in a container needs, and leave screenshots in ``test-artifacts/cons
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -33,6 +32,7 @@ from pipelines.middleware import Metrics
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 from tests.housekeeping import fresh_namespace
+from tests.ports import free_port
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -129,16 +129,10 @@ def console_settings(metrics_port: int) -> Settings:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def console(services: None) -> Iterator[Console]:
     """An app with the example actors and a worker, and its console on a free port (module-wide)."""
-    metrics_port = _free_port()
+    metrics_port = free_port()
     app = build_app(console_settings(metrics_port))
     actors = declare_actors(app)
     boot(app)
@@ -149,7 +143,7 @@ def console(services: None) -> Iterator[Console]:
     metrics_server = serve_http(
         "127.0.0.1", metrics_port, metrics.registry, namespace=app.settings.namespace, health=lambda: None
     )
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(build_console(app), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 import pipelines.current
 from pipelines.cli import main
+from tests.ports import free_port
 
 CONFIG = """
 namespace = "console-command"
@@ -37,9 +37,7 @@ def config(tmp_path: Path) -> Path:
 
 
 def test_pipelines_ui_serves_the_console_and_its_api_until_interrupted(config: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     command = Path(sys.executable).with_name("pipelines")
     server = subprocess.Popen(
         [str(command), "--config", str(config), "ui", "--port", str(port)],

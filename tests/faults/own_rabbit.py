@@ -21,16 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.ports import free_port
+
 SBIN = Path("/usr/lib/rabbitmq/bin")
 NOFILE_WANTED = 65536
 BOOT_TIMEOUT_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class OwnRabbit:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -18,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from pipelines import chain, chord, for_each
 from pipelines.config import MetricsConfig
 from pipelines.middleware import Metrics
+from tests.ports import free_port
 
 TIMEOUT_S = 30
 
@@ -82,12 +82,6 @@ def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
     assert value(registry, "pipelines_runs_total", pipeline="square>total", outcome="succeeded") == 1
     assert value(registry, "pipelines_runs_total", pipeline="broken", outcome="failed") == 1
     assert value(registry, "pipelines_chord_wait_seconds_count", pipeline="square>total") == 1
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_drops_and_partition_lag_are_counted(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from pipelines.exposition import GroupSamples, LiveWorkers, QueueDepths
 from pipelines.metrics_http import serve_http
+from tests.ports import free_port
 
 
 class Heads(Collector):
@@ -110,9 +110,7 @@ def test_the_health_path_says_why_a_group_is_unhealthy_and_every_series_carries_
     registry = CollectorRegistry()
     workers = LiveWorkers(GroupSamples(registry, path=str(tmp_path)), interval_s=1)
     registry.register(workers)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = serve_http("127.0.0.1", port, registry, namespace="shop", health=workers.problem)
     try:
         with pytest.raises(urllib.error.HTTPError) as unhealthy:

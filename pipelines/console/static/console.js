@@ -45,7 +45,8 @@ async function refresh(region) {
     const response = await fetch(url, { headers: { "Accept": "text/html" }, cache: "no-store" });
     if (response.ok) {
       const html = await response.text();
-      if (html !== region.lastHtml) {
+      // a question asked while this refresh was under way stays until it is answered
+      if (html !== region.lastHtml && !waitingForConfirmation(region)) {
         region.innerHTML = html; // rendered and escaped by the server
         region.lastHtml = html;
       }
