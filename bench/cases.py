@@ -18,6 +18,7 @@ from dramatiq import group as dramatiq_group
 from dramatiq import pipeline as dramatiq_pipeline
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+from bench import tiers
 from bench.common import AMQP_URL, Worker, redis_client, wait_for_count
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
 from pipelines import chain, chord, fan_out, group, step
@@ -147,9 +148,11 @@ def pika_batched_confirms(system: RawPika, counter: str, n: int) -> float:
 
 
 def chains(system: System, log: Path, n: int) -> dict[str, float]:
-    """``n`` three-step chains, submitted to last step done."""
+    """``n`` three-step chains, submitted to last step done, and each tier's CPU per step."""
     counter = key()
-    with Running(system, log):
+    with Running(system, log) as running:
+        assert running.worker is not None
+        before = tiers.read(running.worker)
         started = time.perf_counter()
         if isinstance(system, Ours):
             m = system.module
@@ -165,7 +168,8 @@ def chains(system: System, log: Path, n: int) -> dict[str, float]:
             for _ in range(n):
                 celery_chain(m.hop.s(0, counter), m.hop.s(counter), m.last.s(counter)).apply_async()
         done = wait_for_count(counter, n)
-    return {"seconds": done - started}
+        after = tiers.read(running.worker)
+    return {"seconds": done - started, **tiers.per_step(before, after, 3 * n)}
 
 
 def chord_once(system: System, log: Path, members: int) -> dict[str, float]:
