@@ -11,6 +11,7 @@ option; this module is the one place that writes and parses that wire format.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,6 +47,10 @@ class Frame:
         if kind not in ("c", "p"):
             raise ValueError(f"unknown frame kind {kind!r}")
         return cls(kind, str(node), int(index), int(count))
+
+
+#: Each thread's last parsed ``pipeline_step`` option and its address (see :meth:`StepAddress.of`).
+_last_parsed = threading.local()
 
 
 class MalformedStepAddress(MalformedMessage):
@@ -96,7 +101,18 @@ class StepAddress:
             MalformedStepAddress: The option is there but is not a step address.
         """
         value = message.options.get(opt.STEP)
-        return None if value is None else cls.from_option(value)
+        if value is None:
+            return None
+        # Screening, the leases, the steps' middleware and the log context each read the address of the
+        # message a thread handles: it is parsed once. The cache holds the option's object itself, so an
+        # identity match is the very value parsed (option values are never changed in place).
+        last = _last_parsed.__dict__
+        if last.get("value") is value:
+            address: StepAddress = last["address"]
+            return address
+        address = cls.from_option(value)
+        last["value"], last["address"] = value, address
+        return address
 
     @classmethod
     def best_effort(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:

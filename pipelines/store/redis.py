@@ -53,6 +53,7 @@ from pipelines.store.base import (
 )
 from pipelines.store.feed import RedisRunFeed
 from pipelines.store.index import RunIndex
+from pipelines.store.thread_clients import ThreadClients
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
@@ -60,6 +61,16 @@ SOCKET_TIMEOUT_S = 5.0
 CHANGE_CALLBACK_INTERVAL_S = 0.2
 #: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
 LIVENESS_CHECK_S = 30.0
+
+
+def _plain_client(url: str, **options: Any) -> redis.Redis:
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=SOCKET_TIMEOUT_S,
+        health_check_interval=30,
+        **options,
+    )
 
 
 def _script(name: str) -> str:
@@ -79,17 +90,12 @@ class RedisRunStore:
         self._url = url
         self._namespace = namespace
         self._retention_ms = retention_s * 1000
-        if client is None:
-            client = (
-                cluster_client(url, timeout_s=SOCKET_TIMEOUT_S)
-                if is_cluster_url(url)
-                else redis.Redis.from_url(
-                    url,
-                    socket_timeout=SOCKET_TIMEOUT_S,
-                    socket_connect_timeout=SOCKET_TIMEOUT_S,
-                    health_check_interval=30,
-                )
-            )
+        self._thread_clients: ThreadClients | None = None
+        if client is None and is_cluster_url(url):
+            client = cluster_client(url, timeout_s=SOCKET_TIMEOUT_S)
+        elif client is None:
+            client = _plain_client(url)
+            self._thread_clients = ThreadClients(lambda: _plain_client(url, single_connection_client=True))
         self._redis: redis.Redis | RedisCluster = client
         self._cluster = isinstance(client, RedisCluster)
         self._index = RunIndex(
@@ -119,8 +125,9 @@ class RedisRunStore:
 
     def _run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`)."""
+        client = self._thread_clients.get() if self._thread_clients is not None else None
         with self._answering():
-            return script(keys=keys, args=args)
+            return script(keys=keys, args=args, client=client)
 
     def _pipelined(self, pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
         """Queue ``script`` in ``pipe``. A cluster pipeline sends the script's text: each shard may not
@@ -377,6 +384,8 @@ class RedisRunStore:
             self._redis.ping()
 
     def close(self) -> None:
+        if self._thread_clients is not None:
+            self._thread_clients.close()
         self._redis.close()
 
     def delete_namespace(self) -> int:

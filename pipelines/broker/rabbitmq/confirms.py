@@ -96,7 +96,6 @@ class ConfirmPublisher:
         self._nacked: set[int] = set()
         self._returned: set[str] = set()
         self._declare_channel: Any = None
-        self._awaited = 0
         if confirm:
             selected: list[object] = []
 
@@ -134,8 +133,6 @@ class ConfirmPublisher:
         while self._lowest_open in self._settled_above:
             self._settled_above.discard(self._lowest_open)
             self._lowest_open += 1
-        if self._awaited and self._is_settled(self._awaited):
-            self._wake()
 
     def _on_return(self, _channel: Any, _method: Any, properties: Any, _body: bytes) -> None:
         self._returned.add(properties.message_id)
@@ -169,13 +166,8 @@ class ConfirmPublisher:
             if not self._confirm or not any(item.confirm for item in batch):
                 self.connection.process_data_events(time_limit=0)
                 return []
-            last = self._awaited = self._next_tag - 1
-            deadline = time.monotonic() + CONFIRM_TIMEOUT_S
-            while not self._is_settled(last):
-                if time.monotonic() > deadline:
-                    raise ConfirmTimeout(f"RabbitMQ did not confirm {len(batch)} message(s) in {CONFIRM_TIMEOUT_S} s")
-                self.connection.process_data_events(time_limit=1)
-            self._awaited = 0
+            last = self._next_tag - 1
+            self._await_confirms(last, len(batch))
         except CONNECTION_ERRORS as e:
             confirmed = {i for i in range(len(batch)) if self._confirm and self._is_settled(first + i)}
             raise BatchInterrupted(confirmed, e) from None
@@ -188,6 +180,30 @@ class ConfirmPublisher:
         returned = [i for i in self._returned if i in ids]
         self._returned.clear()
         return returned
+
+    def _await_confirms(self, last: int, count: int) -> None:
+        """Turn the connection's I/O loop until RabbitMQ has settled every tag up to ``last``.
+
+        This is how pika's own blocking calls wait (its channel's ``_flush_output``): the loop stops as
+        soon as the condition holds, with no wake-up callback and no timer per turn; one timer makes it
+        turn at the deadline if RabbitMQ sends nothing.
+
+        Raises:
+            ConfirmTimeout: Not settled within ``CONFIRM_TIMEOUT_S``.
+            pika.exceptions.AMQPError: The channel or the connection closed meanwhile.
+        """
+        deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+        timer = self.connection.call_later(CONFIRM_TIMEOUT_S, _nothing)
+        try:
+            self._channel._flush_output(lambda: self._is_settled(last) or time.monotonic() > deadline)
+        finally:
+            if self.connection.is_open:
+                self.connection.remove_timeout(timer)
+        if self._is_settled(last):
+            return
+        if self._channel.is_closed:
+            raise pika.exceptions.ChannelWrongStateError("the publishing channel closed before RabbitMQ confirmed")
+        raise ConfirmTimeout(f"RabbitMQ did not confirm {count} message(s) in {CONFIRM_TIMEOUT_S} s")
 
     def close(self) -> None:
         try:
