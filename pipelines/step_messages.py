@@ -6,8 +6,9 @@ to read in one sitting.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,12 @@ def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """An actor function's signature, read once (``inspect.signature`` costs more than the whole check)."""
+    return inspect.signature(fn)
+
+
 def _check_arguments(broker: PipelineBroker, leaves: Sequence[Leaf], given: StepInput) -> None:
     """Refuse to start a run whose steps would be called with arguments their actor does not take.
 
@@ -102,7 +109,7 @@ def _check_arguments(broker: PipelineBroker, leaves: Sequence[Leaf], given: Step
             continue
         checked.add(shape)
         try:
-            inspect.signature(broker.actors[leaf.actor_name].fn).bind(*args, **kwargs)
+            _signature(broker.actors[leaf.actor_name].fn).bind(*args, **kwargs)
         except TypeError as e:
             raise DefinitionError(
                 f"Arguments do not fit step {leaf.node} ({leaf.actor_name}): {e}. Steps after the first also "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from importlib import resources
 from typing import Any, cast
 
 import orjson
@@ -53,6 +52,7 @@ from pipelines.store.base import (
 )
 from pipelines.store.feed import RedisRunFeed
 from pipelines.store.index import RunIndex
+from pipelines.store.scripting import Scripts
 from pipelines.store.thread_clients import ThreadClients
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
@@ -71,10 +71,6 @@ def _plain_client(url: str, **options: Any) -> redis.Redis:
         health_check_interval=30,
         **options,
     )
-
-
-def _script(name: str) -> str:
-    return resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
 
 
 class RedisRunStore:
@@ -97,45 +93,36 @@ class RedisRunStore:
             client = _plain_client(url)
             self._thread_clients = ThreadClients(lambda: _plain_client(url, single_connection_client=True))
         self._redis: redis.Redis | RedisCluster = client
-        self._cluster = isinstance(client, RedisCluster)
+        self._scripts = Scripts(client, thread_clients=self._thread_clients)
         self._index = RunIndex(
             client=self._redis, namespace=namespace, retention_ms=self._retention_ms, answering=self._answering
         )
-        self._create = self._redis.register_script(_script("create"))
-        self._claim = self._redis.register_script(_script("claim"))
-        self._complete = self._redis.register_script(_script("complete"))
-        self._fail = self._redis.register_script(_script("fail"))
-        self._finish = self._redis.register_script(_script("finish"))
-        self._reopen = self._redis.register_script(_script("reopen"))
-        self._key_claim = self._redis.register_script(_script("key_claim"))
-        self._key_release = self._redis.register_script(_script("key_release"))
-        self._progress = self._redis.register_script(_script("progress"))
-        self._lease_open = self._redis.register_script(_script("lease_open"))
-        self._lease_renew = self._redis.register_script(_script("lease_renew"))
-        self._lease_take = self._redis.register_script(_script("lease_take"))
-        self._lease_close = self._redis.register_script(_script("lease_close"))
-        self._deadline = self._redis.register_script(_script("deadline"))
-        self._tick_claim = self._redis.register_script(_script("tick_claim"))
-        self._tick_sweep = self._redis.register_script(_script("tick_sweep"))
-        self._reserve = self._redis.register_script(_script("reserve"))
-        self._rate_take = self._redis.register_script(_script("rate_take"))
+        self._create = self._scripts.register("create")
+        self._claim = self._scripts.register("claim")
+        self._complete = self._scripts.register("complete")
+        self._fail = self._scripts.register("fail")
+        self._finish = self._scripts.register("finish")
+        self._reopen = self._scripts.register("reopen")
+        self._key_claim = self._scripts.register("key_claim")
+        self._key_release = self._scripts.register("key_release")
+        self._progress = self._scripts.register("progress")
+        self._lease_open = self._scripts.register("lease_open")
+        self._lease_renew = self._scripts.register("lease_renew")
+        self._lease_take = self._scripts.register("lease_take")
+        self._lease_close = self._scripts.register("lease_close")
+        self._deadline = self._scripts.register("deadline")
+        self._tick_claim = self._scripts.register("tick_claim")
+        self._tick_sweep = self._scripts.register("tick_sweep")
+        self._reserve = self._scripts.register("reserve")
+        self._rate_take = self._scripts.register("rate_take")
 
     def _answering(self) -> AbstractContextManager[None]:
         return answering(self._url)
 
     def _run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
         """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`)."""
-        client = self._thread_clients.get() if self._thread_clients is not None else None
         with self._answering():
-            return script(keys=keys, args=args, client=client)
-
-    def _pipelined(self, pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
-        """Queue ``script`` in ``pipe``. A cluster pipeline sends the script's text: each shard may not
-        have it cached (a replica promoted after a failover starts with none), and it cannot load it."""
-        if self._cluster:
-            pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
-        else:
-            script(keys=keys, args=args, client=pipe)
+            return self._scripts.run(script, keys, args)
 
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
@@ -167,13 +154,15 @@ class RedisRunStore:
         return self.create_runs([run])[0]
 
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=False)
-            for run in runs:
-                keys, args = self._create_arguments(run)
-                self._pipelined(pipe, self._create, keys, args)
+        arguments = [self._create_arguments(run) for run in runs]
+
+        def fill(pipe: Any) -> None:
+            for keys, args in arguments:
+                self._scripts.queue(pipe, self._create, keys, args)
             self._index.add(pipe, runs)
-            created = pipe.execute()[: len(runs)]
+
+        with self._answering():
+            created = self._scripts.execute(fill)[: len(runs)]
         return [replies.create(reply) for reply in created]
 
     def recent_runs(self, limit: int) -> list[str]:
@@ -324,13 +313,15 @@ class RedisRunStore:
         ids = list(holders)
         if not ids:
             return []
+
         # One script per lease (each atomic), all in one round trip: leases are in different Redis
         # Cluster slots, which one script may not span.
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=False)
+        def fill(pipe: Any) -> None:
             for lease_id in ids:
-                self._pipelined(pipe, self._lease_renew, [self._lease(lease_id)], [lease_ms, holders[lease_id]])
-            replies_by_lease = pipe.execute()
+                self._scripts.queue(pipe, self._lease_renew, [self._lease(lease_id)], [lease_ms, holders[lease_id]])
+
+        with self._answering():
+            replies_by_lease = self._scripts.execute(fill)
         return [lost for lost, reply in zip(ids, replies_by_lease, strict=True) if replies.lease_renew(reply, [lost])]
 
     def close_lease(self, lease_id: str) -> None:

@@ -30,4 +30,4 @@ def test_every_script_has_one_decoder_that_the_redis_store_uses() -> None:
 
     assert [name for name in scripts if not inspect.isfunction(getattr(replies, name, None))] == []
     assert [name for name in scripts if f"replies.{name}(" not in source] == []
-    assert [name for name in scripts if f'_script("{name}")' not in source] == []
+    assert [name for name in scripts if f'_scripts.register("{name}")' not in source] == []

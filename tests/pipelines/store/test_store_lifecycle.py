@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+import uuid
+from collections.abc import Iterator
+
 import pytest
+import redis
 
 from pipelines.errors import StoreUnavailable
 from pipelines.store import RedisRunStore, StoreLifecycle
+from tests.pipelines.store.conftest import REDIS_URL, RETENTION_S, NewChord
 
 
 def test_a_store_answers_a_ping_and_closes_more_than_once(store: StoreLifecycle) -> None:
@@ -22,3 +29,68 @@ def test_a_redis_that_does_not_answer_is_reported_without_the_password() -> None
         unreachable.ping()
 
     assert "s3cret" not in str(raised.value)
+
+
+@pytest.fixture
+def redis_store(services: object, store_namespace: str) -> Iterator[RedisRunStore]:
+    made = RedisRunStore(url=REDIS_URL, namespace=store_namespace, retention_s=RETENTION_S)
+    yield made
+    made.delete_namespace()
+    made.close()
+
+
+def test_runs_are_created_and_claimed_after_redis_lost_its_scripts(
+    redis_store: RedisRunStore, new_chord: NewChord
+) -> None:
+    first = new_chord(2)
+    assert redis_store.create_runs([first]) == [(first.run_id, True)]
+    redis.Redis.from_url(REDIS_URL).script_flush()  # what a restart without persistence leaves
+
+    second, third = new_chord(2), new_chord(2)
+    assert redis_store.create_runs([second, third]) == [(second.run_id, True), (third.run_id, True)]
+    assert redis_store.create_runs([third]) == [(third.run_id, False)]
+    assert redis_store.claim_step(second.run_id, "0.0.0", attempt=1, lease_ms=60_000).kind == "run"
+
+
+def connections_named(name: str) -> int:
+    return sum(1 for client in redis.Redis.from_url(REDIS_URL).client_list() if client["name"] == name)
+
+
+def test_each_thread_keeps_one_connection_for_its_scripts_closed_when_it_ends_or_the_store_closes(
+    redis_store: RedisRunStore, new_chord: NewChord
+) -> None:
+    run = new_chord(4)
+    redis_store.create_runs([run])
+    name = f"store-test-{uuid.uuid4().hex[:8]}"
+    claimed: list[str] = []
+    counted, release = threading.Barrier(5), threading.Event()
+
+    def own_connection() -> None:
+        redis_store._scripts._thread_clients.get().client_setname(name)  # type: ignore[union-attr]
+
+    def claim(node: str) -> None:
+        own_connection()
+        for _ in range(3):  # on the same connection each time
+            claimed.append(redis_store.claim_step(run.run_id, node, attempt=1, lease_ms=60_000).kind)
+        counted.wait()
+        release.wait()
+
+    threads = [threading.Thread(target=claim, args=(f"0.0.{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    counted.wait()
+    while_running = connections_named(name)
+    release.set()
+    for thread in threads:
+        thread.join()
+    gc.collect()
+    after_they_ended = connections_named(name)
+    own_connection()
+    redis_store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=60_000)
+    before_close = connections_named(name)
+    redis_store.close()
+
+    assert sorted(set(claimed)) == ["busy", "run"]
+    assert claimed.count("run") == 4
+    assert (while_running, after_they_ended, before_close) == (4, 0, 1)
+    assert connections_named(name) == 0
