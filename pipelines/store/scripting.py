@@ -1,10 +1,15 @@
-"""How the run store sends its Lua scripts to Redis: each thread's own connection for single calls,
-pipelines that go by SHA, and the script's text where a shard may not have it.
+"""How the run store sends its Lua scripts to Redis: calls of threads made at the same time sent
+together on one thread's own connection, pipelines that go by SHA, and the script's text where a shard
+may not have it.
+
+redis-py's connection pool takes a lock, checks the process id and the socket, and records statistics
+to lend a connection, as much CPU as a step's script itself: the scripts go on each thread's own
+connection instead (:mod:`pipelines.store.thread_clients`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, cast
 
@@ -12,7 +17,15 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
+from pipelines.group_commit import GroupCommit, NotDone
 from pipelines.store.thread_clients import ThreadClients
+
+
+class _Failed:
+    """A script's error in a shared send, raised in the thread whose call it was."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 class Scripts:
@@ -23,6 +36,7 @@ class Scripts:
         self._cluster = isinstance(client, RedisCluster)
         self._thread_clients = thread_clients
         self._registered: list[Script] = []
+        self._together = GroupCommit(self._run_together) if thread_clients is not None else None
 
     def register(self, name: str) -> Script:
         """The script ``lua/<name>.lua`` of this package."""
@@ -32,10 +46,41 @@ class Scripts:
         return script
 
     def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """``script``'s raw reply, on this thread's connection (redis-py's pool takes a lock, checks the
-        socket and records statistics to lend a connection: as much CPU as a step's script itself)."""
-        client = self._thread_clients.get() if self._thread_clients is not None else None
-        return script(keys=keys, args=args, client=client)
+        """``script``'s raw reply. Calls that threads make at the same time go to Redis together, in one
+        pipeline on the connection of the thread that sends them (group commit); each thread gets its
+        own reply, or its own script's error."""
+        if self._together is None:
+            return script(keys=keys, args=args)
+        reply = self._together.submit((script, keys, args))
+        if isinstance(reply, NotDone):  # the shared send failed in another thread: this call alone
+            return script(keys=keys, args=args, client=self._thread_clients.get() if self._thread_clients else None)
+        if isinstance(reply, _Failed):
+            raise reply.error
+        return reply
+
+    def _run_together(self, calls: Sequence[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+        assert self._thread_clients is not None
+        client = self._thread_clients.get()
+        if len(calls) == 1:  # alone: no pipeline to build
+            script, keys, args = calls[0]
+            try:
+                return [script(keys=keys, args=args, client=client)]
+            except redis.exceptions.ResponseError as e:  # the script's own error, raised in its thread
+                return [_Failed(e)]
+        pipe = client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, redis.exceptions.NoScriptError):  # Redis restarted: it did not run
+                script, keys, args = calls[index]
+                try:
+                    replies[index] = script(keys=keys, args=args, client=client)  # loads it, then runs it
+                except redis.exceptions.ResponseError as e:
+                    replies[index] = _Failed(e)
+            elif isinstance(reply, redis.exceptions.ResponseError):
+                replies[index] = _Failed(reply)
+        return replies
 
     def queue(self, pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
         """Queue ``script`` in ``pipe``. A cluster pipeline sends the script's text: each shard may not

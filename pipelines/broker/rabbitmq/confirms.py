@@ -66,9 +66,11 @@ def _nothing() -> None:
 class Refused(PublishError):
     """RabbitMQ nacked these publishes (a full queue with ``reject-publish``, or an internal error)."""
 
-    def __init__(self, items: list[Outgoing]) -> None:
+    def __init__(self, items: list[Outgoing], returned: list[Outgoing] | None = None) -> None:
         super().__init__(f"RabbitMQ refused (nacked) message(s) {', '.join(i.message_id for i in items[:5])}.")
         self.items = items
+        self.returned = returned or []
+        """Messages of the same batch that RabbitMQ returned as unroutable (they were not nacked)."""
 
 
 class BatchInterrupted(Exception):
@@ -174,11 +176,11 @@ class ConfirmPublisher:
         nacked = [batch[tag - first] for tag in range(first, last + 1) if tag in self._nacked]
         # Earlier unconfirmed (fire-and-forget) publishes are settled too by now: forget their outcomes.
         self._nacked = {tag for tag in self._nacked if tag > last}
-        if nacked:
-            raise Refused(nacked)
         ids = {item.message_id for item in batch}
         returned = [i for i in self._returned if i in ids]
         self._returned.clear()
+        if nacked:
+            raise Refused(nacked, [item for item in batch if item.message_id in returned])
         return returned
 
     def _await_confirms(self, last: int, count: int) -> None:

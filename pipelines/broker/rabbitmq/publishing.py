@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pipelines.broker.rabbitmq.confirms import BatchInterrupted, Outgoing, Refused
 from pipelines.broker.rabbitmq.connections import Connections
 from pipelines.broker.rabbitmq.declaring import Declarer
-from pipelines.errors import PublishError, QueueFull, Unroutable
+from pipelines.errors import BrokerUnavailable, PublishError, QueueFull, Unroutable
+from pipelines.group_commit import GroupCommit
 from pipelines.routing import topic_matches
 from pipelines.topology import Topology
 
@@ -44,9 +45,13 @@ class Publishing:
         self.topology = topology
         self.count = 0
         """Publishes made so far (a fan-out is one)."""
+        self._together: GroupCommit[list[Outgoing], list[Outgoing]] = GroupCommit(self._publish_together)
 
     def publish(self, batch: list[Outgoing]) -> None:
         """Publish ``batch`` and wait for RabbitMQ's confirms (see the module docstring).
+
+        Batches that threads publish at the same time share a connection and a confirm wait (group
+        commit); what that shared attempt did not settle, each thread publishes alone.
 
         Raises:
             Unroutable: No queue is bound for a message's routing key, even after declaring again.
@@ -54,6 +59,32 @@ class Publishing:
                 after ``REFUSED_RETRY_S``: PublishError).
             BrokerUnavailable: RabbitMQ did not answer after ``MAX_PUBLISH_ATTEMPTS`` connections.
         """
+        leftover = self._together.submit(batch)
+        remaining = leftover if isinstance(leftover, list) else batch  # NOT_DONE: all of it
+        if remaining:
+            self._publish_alone(remaining)
+
+    def _publish_together(self, batches: Sequence[list[Outgoing]]) -> list[list[Outgoing]]:
+        """One attempt at publishing several threads' batches as one; returns, for each batch, what it
+        did not settle (refused, returned, unconfirmed when the connection broke, or all of it when no
+        connection opened): its thread publishes that alone, with every retry and error of its own."""
+        flat = [item for batch in batches for item in batch]
+        try:
+            returned = set(self.connections.publisher().publish(flat))
+            settled = {id(item) for item in flat if item.message_id not in returned}
+        except Refused as e:
+            self.connections.drop()
+            unsettled = {id(item) for item in e.items + e.returned}
+            settled = {id(item) for item in flat if id(item) not in unsettled}
+        except BatchInterrupted as e:
+            self.connections.drop()
+            settled = {id(flat[index]) for index in e.confirmed}
+        except BrokerUnavailable:
+            settled = set()
+        self.count += len(settled)
+        return [[item for item in batch if id(item) not in settled] for batch in batches]
+
+    def _publish_alone(self, batch: list[Outgoing]) -> None:
         remaining = batch
         redeclared = False
         attempt = 0
@@ -71,8 +102,8 @@ class Publishing:
                 # A nack without a full queue: a quorum queue without a leader for a moment (its node
                 # was lost and the others are electing one). Later, on a new connection, it takes them.
                 self.connections.drop()
-                self.count += len(remaining) - len(e.items)
-                remaining = e.items
+                self.count += len(remaining) - len(e.items) - len(e.returned)
+                remaining = e.items + e.returned
                 logger.warning("RabbitMQ refused %d message(s); retrying them in %.1f s.", len(remaining), pause_s)
                 time.sleep(pause_s)
                 pause_s = min(2 * pause_s, REFUSED_MAX_PAUSE_S)

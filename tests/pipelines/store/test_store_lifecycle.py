@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from pipelines.errors import StoreUnavailable
+from pipelines.naming import run_key
 from pipelines.store import RedisRunStore, StoreLifecycle
 from tests.pipelines.store.conftest import REDIS_URL, RETENTION_S, NewChord
 
@@ -94,3 +95,30 @@ def test_each_thread_keeps_one_connection_for_its_scripts_closed_when_it_ends_or
     assert claimed.count("run") == 4
     assert (while_running, after_they_ended, before_close) == (4, 0, 1)
     assert connections_named(name) == 0
+
+
+def test_threads_claiming_at_once_each_get_their_own_reply_or_their_own_scripts_error(
+    redis_store: RedisRunStore, new_chord: NewChord, store_namespace: str
+) -> None:
+    runs = [new_chord(1) for _ in range(8)]
+    redis_store.create_runs(runs)
+    broken = runs[3].run_id
+    redis.Redis.from_url(REDIS_URL).hset(run_key(store_namespace, broken) + ":steps", "0.0.0", "not json")
+    start = threading.Barrier(len(runs))
+    outcomes: dict[str, object] = {}
+
+    def claim(run_id: str) -> None:
+        start.wait(10)
+        try:
+            outcomes[run_id] = redis_store.claim_step(run_id, "0.0.0", attempt=1, lease_ms=60_000).kind
+        except redis.ResponseError as e:
+            outcomes[run_id] = e
+
+    threads = [threading.Thread(target=claim, args=(run.run_id,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    assert isinstance(outcomes.pop(broken), redis.ResponseError)
+    assert outcomes == {run.run_id: "run" for run in runs if run.run_id != broken}

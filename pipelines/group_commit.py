@@ -1,0 +1,75 @@
+"""Group commit: what several threads ask for at once, done in one round trip by one of them.
+
+A thread that finds nobody committing commits everything queued so far, its own item included, and
+hands each waiting thread its result; threads that arrive meanwhile queue up for the next commit,
+which the first of them to wake up makes. No thread of its own, no timer: a lone caller commits at
+once, alone, and concurrent callers share a round trip without waiting for a batch to fill.
+
+If the commit raises, the thread that made it gets the error, and each other thread gets
+``NOT_DONE``: it was not the one that failed, and must do its part itself (the caller's own path,
+with its own error handling, as if it had never been combined).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class NotDone:
+    """The type of :data:`NOT_DONE`."""
+
+    def __repr__(self) -> str:
+        return "NOT_DONE"
+
+
+NOT_DONE = NotDone()
+"""What a thread gets whose item was in a commit that raised in another thread."""
+
+
+class _Request(Generic[_T, _R]):
+    __slots__ = ("done", "item", "result")
+
+    def __init__(self, item: _T) -> None:
+        self.item = item
+        self.done = False
+        self.result: _R | NotDone = NOT_DONE
+
+
+class GroupCommit(Generic[_T, _R]):
+    """Commits items with ``commit(items) -> results`` (one result per item, in order), combining the
+    items of threads that ask at the same time (see the module docstring)."""
+
+    def __init__(self, commit: Callable[[Sequence[_T]], Sequence[_R]]) -> None:
+        self._commit = commit
+        self._changed = threading.Condition()
+        self._queued: list[_Request[_T, _R]] = []
+        self._committing = False
+
+    def submit(self, item: _T) -> _R | NotDone:
+        """``item``'s result, from this thread's commit or another's (``NOT_DONE``: see the module
+        docstring); the commit's own error if this thread made it."""
+        request: _Request[_T, _R] = _Request(item)
+        with self._changed:
+            self._queued.append(request)
+            while self._committing and not request.done:
+                self._changed.wait()
+            if request.done:
+                return request.result
+            self._committing = True
+            batch, self._queued = self._queued, []
+        try:
+            results = self._commit([queued.item for queued in batch])
+            for queued, result in zip(batch, results, strict=True):
+                queued.result = result
+        finally:
+            with self._changed:
+                for queued in batch:
+                    queued.done = True
+                self._committing = False
+                self._changed.notify_all()
+        return request.result

@@ -1,0 +1,48 @@
+"""Threads that publish at the same time share a connection and a confirm wait; what the shared attempt
+does not settle (here: messages returned because their queue was deleted) each thread publishes alone,
+and every message arrives once."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import dramatiq
+import pika
+import pytest
+
+THREADS = 8
+ROUNDS = 5
+ECHOES, LOST = 10, 2
+
+
+@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+def test_concurrent_batches_arrive_once_each_even_when_some_of_them_are_returned(make_app: Any) -> None:
+    app = make_app()
+    echo = dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    lost = dramatiq.actor(actor_name="lost", broker=app.broker)(lambda x: x)
+    app.broker.ensure_topology()
+    queues = app.broker.topology.actor_queues
+    with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
+        connection.channel().queue_delete(queues["lost"])  # its messages come back as unroutable
+    together = threading.Barrier(THREADS)
+    failures: list[BaseException] = []
+
+    def publish(thread: int) -> None:
+        try:
+            for round_number in range(ROUNDS):
+                together.wait(10)
+                batch = [echo.message(thread * 100 + round_number) for _ in range(ECHOES)]
+                app.broker.enqueue_many(batch + [lost.message(thread) for _ in range(LOST)])
+        except BaseException as e:  # reported below, with the thread's own error
+            failures.append(e)
+
+    threads = [threading.Thread(target=publish, args=(index,)) for index in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert failures == []
+    depth = app.broker.queue_depth
+    assert (depth(queues["echo"]), depth(queues["lost"])) == (THREADS * ROUNDS * ECHOES, THREADS * ROUNDS * LOST)

@@ -1,0 +1,100 @@
+"""Group commit: threads that ask at once share one commit; a failed commit is the failing thread's alone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from pipelines.group_commit import NOT_DONE, GroupCommit
+
+
+def test_a_lone_caller_commits_its_own_item_at_once() -> None:
+    commits: list[list[int]] = []
+
+    def commit(items: Sequence[int]) -> list[int]:
+        commits.append(list(items))
+        return [item * 10 for item in items]
+
+    together = GroupCommit(commit)
+
+    assert [together.submit(1), together.submit(2)] == [10, 20]
+    assert commits == [[1], [2]]
+
+
+def test_threads_arriving_during_a_commit_share_the_next_one_and_each_gets_its_own_result() -> None:
+    first_commit_started, release_first = threading.Event(), threading.Event()
+    commits: list[list[int]] = []
+
+    def commit(items: Sequence[int]) -> list[int]:
+        commits.append(list(items))
+        if len(commits) == 1:
+            first_commit_started.set()
+            assert release_first.wait(10)
+        return [item * 10 for item in items]
+
+    together = GroupCommit(commit)
+    results: dict[int, object] = {}
+
+    def submit(item: int) -> None:
+        results[item] = together.submit(item)
+
+    first = threading.Thread(target=submit, args=(0,))
+    first.start()
+    assert first_commit_started.wait(10)
+    others = [threading.Thread(target=submit, args=(item,)) for item in range(1, 6)]
+    for thread in others:
+        thread.start()
+    while len(together._queued) < 5:  # all five queued behind the commit under way
+        threading.Event().wait(0.001)
+    release_first.set()
+    for thread in [first, *others]:
+        thread.join(10)
+
+    assert results == {item: item * 10 for item in range(6)}
+    assert commits[0] == [0]
+    assert sorted(commits[1]) == [1, 2, 3, 4, 5]
+    assert len(commits) == 2
+
+
+def test_a_commit_that_raises_raises_in_its_thread_and_the_others_are_told_to_do_theirs_alone() -> None:
+    started, release = threading.Event(), threading.Event()
+    calls = 0
+
+    def commit(items: Sequence[str]) -> list[str]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            started.set()
+            assert release.wait(10)
+            return list(items)
+        raise ConnectionError("broken")
+
+    together = GroupCommit(commit)
+    outcomes: dict[str, object] = {}
+
+    def submit(item: str) -> None:
+        try:
+            outcomes[item] = together.submit(item)
+        except ConnectionError as e:
+            outcomes[item] = e
+
+    blocker = threading.Thread(target=submit, args=("first",))
+    blocker.start()
+    assert started.wait(10)
+    waiting = [threading.Thread(target=submit, args=(name,)) for name in ("a", "b", "c")]
+    for thread in waiting:
+        thread.start()
+    while len(together._queued) < 3:
+        threading.Event().wait(0.001)
+    release.set()
+    for thread in [blocker, *waiting]:
+        thread.join(10)
+
+    assert outcomes["first"] == "first"
+    errors = [name for name in "abc" if isinstance(outcomes[name], ConnectionError)]
+    assert len(errors) == 1  # the thread that made the failed commit
+    assert [outcomes[name] for name in "abc" if name not in errors] == [NOT_DONE, NOT_DONE]
+    with pytest.raises(ConnectionError):
+        together.submit("later")  # nothing is left committing: the next caller commits (and fails) alone
