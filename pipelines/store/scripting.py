@@ -50,7 +50,7 @@ class Scripts:
         pipeline on the connection of the thread that sends them (group commit); each thread gets its
         own reply, or its own script's error."""
         if self._together is None:
-            return script(keys=keys, args=args)
+            return script(keys=keys, args=args, client=self._thread_clients.get() if self._thread_clients else None)
         reply = self._together.submit((script, keys, args))
         if isinstance(reply, NotDone):  # the shared send failed in another thread: this call alone
             return script(keys=keys, args=args, client=self._thread_clients.get() if self._thread_clients else None)
