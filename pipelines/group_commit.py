@@ -32,21 +32,26 @@ NOT_DONE = NotDone()
 
 
 class _Request(Generic[_T, _R]):
-    __slots__ = ("done", "item", "result")
+    """One thread's item; its lock is held until the thread is woken, with its result or to commit."""
+
+    __slots__ = ("item", "lead", "result", "woken")
 
     def __init__(self, item: _T) -> None:
         self.item = item
-        self.done = False
         self.result: _R | NotDone = NOT_DONE
+        self.lead = False
+        self.woken = threading.Lock()
+        self.woken.acquire()
 
 
 class GroupCommit(Generic[_T, _R]):
     """Commits items with ``commit(items) -> results`` (one result per item, in order), combining the
-    items of threads that ask at the same time (see the module docstring)."""
+    items of threads that ask at the same time (see the module docstring). Each waiting thread is
+    woken once: with its result, or to make the next commit."""
 
     def __init__(self, commit: Callable[[Sequence[_T]], Sequence[_R]]) -> None:
         self._commit = commit
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._queued: list[_Request[_T, _R]] = []
         self._committing = False
 
@@ -54,22 +59,28 @@ class GroupCommit(Generic[_T, _R]):
         """``item``'s result, from this thread's commit or another's (``NOT_DONE``: see the module
         docstring); the commit's own error if this thread made it."""
         request: _Request[_T, _R] = _Request(item)
-        with self._changed:
-            self._queued.append(request)
-            while self._committing and not request.done:
-                self._changed.wait()
-            if request.done:
-                return request.result
+        with self._lock:
+            wait = self._committing
+            if wait:
+                self._queued.append(request)
             self._committing = True
-            batch, self._queued = self._queued, []
+        if wait:
+            request.woken.acquire()
+            if not request.lead:
+                return request.result
+        with self._lock:
+            batch, self._queued = [request, *self._queued], []
         try:
             results = self._commit([queued.item for queued in batch])
             for queued, result in zip(batch, results, strict=True):
                 queued.result = result
         finally:
-            with self._changed:
-                for queued in batch:
-                    queued.done = True
-                self._committing = False
-                self._changed.notify_all()
+            with self._lock:
+                successor = self._queued.pop(0) if self._queued else None
+                self._committing = successor is not None
+            if successor is not None:
+                successor.lead = True
+                successor.woken.release()
+            for queued in batch[1:]:
+                queued.woken.release()
         return request.result
