@@ -65,22 +65,47 @@ class GroupCommit(Generic[_T, _R]):
                 self._queued.append(request)
             self._committing = True
         if wait:
-            request.woken.acquire()
-            if not request.lead:
-                return request.result
-        with self._lock:
-            batch, self._queued = [request, *self._queued], []
+            try:
+                request.woken.acquire()
+                if not request.lead:
+                    return request.result
+            except BaseException:  # interrupted (Ctrl-C) while waiting: nobody may wait for this thread
+                self._abandon(request)
+                raise
+        batch = [request]
         try:
+            with self._lock:
+                batch, self._queued = [request, *self._queued], []
             results = self._commit([queued.item for queued in batch])
             for queued, result in zip(batch, results, strict=True):
                 queued.result = result
         finally:
-            with self._lock:
-                successor = self._queued.pop(0) if self._queued else None
-                self._committing = successor is not None
+            successor = self._next_committer()
             if successor is not None:
-                successor.lead = True
                 successor.woken.release()
             for queued in batch[1:]:
                 queued.woken.release()
         return request.result
+
+    def _next_committer(self) -> _Request[_T, _R] | None:
+        """The queued thread that makes the next commit (to wake), or None: nobody commits now."""
+        with self._lock:
+            successor = self._queued.pop(0) if self._queued else None
+            if successor is not None:
+                successor.lead = True
+            self._committing = successor is not None
+        return successor
+
+    def _abandon(self, request: _Request[_T, _R]) -> None:
+        """Take an interrupted thread's request out: out of the queue if it is still there; if it was
+        to make the next commit, the turn passes on. (In a commit already, its result is dropped.)"""
+        with self._lock:
+            if request in self._queued:
+                self._queued.remove(request)
+                return
+            if not request.lead:
+                return
+            request.lead = False
+        successor = self._next_committer()
+        if successor is not None:
+            successor.woken.release()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from pipelines import group_commit
 from pipelines.group_commit import NOT_DONE, GroupCommit
 
 
@@ -98,3 +99,45 @@ def test_a_commit_that_raises_raises_in_its_thread_and_the_others_are_told_to_do
     assert [outcomes[name] for name in "abc" if name not in errors] == [NOT_DONE, NOT_DONE]
     with pytest.raises(ConnectionError):
         together.submit("later")  # nothing is left committing: the next caller commits (and fails) alone
+
+
+def test_a_thread_interrupted_while_waiting_leaves_nobody_waiting_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def commit(items: Sequence[str]) -> list[str]:
+        if "first" in items:
+            started.set()
+            assert release.wait(10)
+        return list(items)
+
+    class InterruptedRequest(group_commit._Request[str, str]):
+        """A Ctrl-C in the waiting thread, as the interpreter raises it: from inside its wait."""
+
+        def __init__(self, item: str) -> None:
+            super().__init__(item)
+            if item == "interrupted":
+                self.woken = _Interrupting()  # type: ignore[assignment]
+
+    monkeypatch.setattr(group_commit, "_Request", InterruptedRequest)
+    together = GroupCommit(commit)
+    blocker = threading.Thread(target=together.submit, args=("first",))
+    blocker.start()
+    assert started.wait(10)
+    with pytest.raises(KeyboardInterrupt):
+        together.submit("interrupted")
+    release.set()
+    blocker.join(10)
+    after: list[object] = []
+    later = threading.Thread(target=lambda: after.append(together.submit("after")), daemon=True)
+    later.start()
+    later.join(10)
+
+    assert after == ["after"]  # not left waiting for the interrupted thread's turn to commit
+
+
+class _Interrupting:
+    def acquire(self) -> bool:
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        """Nothing waits on it."""
