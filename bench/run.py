@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from bench import cases, tiers
+from bench import broker_cost, cases, tiers
 from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
 
@@ -35,9 +35,10 @@ class Sizes:
     memory_members: int = 5_000
     scale_members: tuple[int, ...] = (25_000, 100_000)
     scale_runs: int = 10_000
+    broker: int = 20_000
 
 
-QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500)
+QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500, 2_000)
 
 
 @dataclass
@@ -169,6 +170,37 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
     return targets
 
 
+def store_and_broker_cases(
+    wanted: set[str],
+    *,
+    rounds: int,
+    sizes: Sizes,
+    ours: Ours,
+    results: Results,
+    extra: dict[str, Any],
+    log: Callable[[str], Path],
+) -> None:
+    """The cases of the run store's memory and scale, and of RabbitMQ's own cost per message."""
+    if "memory" in wanted:
+        alternate(
+            [ours],
+            1,
+            lambda s: cases.store_memory(ours, sizes.memory_runs, sizes.memory_members),
+            results,
+            "memory",
+        )
+    if "broker" in wanted:
+        for variant, figures in broker_cost.measure(rounds, sizes.broker).items():
+            for figure in figures:
+                results.add("broker", variant, {"rabbitmq_cpu_us_per_message": figure})
+        print("  broker       done", flush=True)
+    if "scale" in wanted:
+        for members in sizes.scale_members:
+            runs = sizes.scale_runs * members // sizes.scale_members[-1]
+            extra[f"scale_{members}"] = cases.scale(ours, log("scale"), members, runs)
+            print(f"  scale        {members} members, {runs} runs done", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per case (default 3; medians are reported)")
@@ -180,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else Sizes()
     wanted = set(
-        args.cases or ["startup", "throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "scale"]
+        args.cases
+        or ["startup", "throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "broker", "scale"]
     )
     started = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
@@ -235,19 +268,9 @@ def main(argv: list[str] | None = None) -> int:
             alternate(
                 [ours, bare], args.rounds, lambda s: cases.latency(s, log(s.name), sizes.latency), results, "latency"
             )
-        if "memory" in wanted:
-            alternate(
-                [ours],
-                1,
-                lambda s: cases.store_memory(ours, sizes.memory_runs, sizes.memory_members),
-                results,
-                "memory",
-            )
-        if "scale" in wanted:
-            for members in sizes.scale_members:
-                runs = sizes.scale_runs * members // sizes.scale_members[-1]
-                extra[f"scale_{members}"] = cases.scale(ours, log("scale"), members, runs)
-                print(f"  scale        {members} members, {runs} runs done", flush=True)
+        store_and_broker_cases(
+            wanted, rounds=args.rounds, sizes=sizes, ours=ours, results=results, extra=extra, log=log
+        )
         ours.app.broker.delete_topology()  # its quorum queues would otherwise stay on the broker
         ours.app.close()
     redis_client().flushdb()
