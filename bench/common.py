@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,8 @@ from typing import Any
 
 import psutil
 import redis
+
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -44,12 +45,6 @@ def wait_for_count(key: str, expected: int, *, timeout_s: float = CASE_TIMEOUT_S
             raise TimeoutError(f"{key} reached {int(client.get(key) or 0)} of {expected} in {timeout_s} s")
         time.sleep(0.005)
     return time.perf_counter()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class _Sink(http.server.BaseHTTPRequestHandler):

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import pika
 
-from bench.common import AMQP_URL, BIN, NAMESPACE, PROCESSES, REDIS_URL, THREADS, Worker, base_env, free_port
+from bench.common import AMQP_URL, BIN, NAMESPACE, PROCESSES, REDIS_URL, THREADS, Worker, base_env
+from tests.ports import free_port
 
 
 class System(Protocol):
