@@ -142,6 +142,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         return dramatiq_error(ConnectionClosed, text)
 
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self.settlements.delivered(method.delivery_tag)  # before anything can settle it
         self._ready.append((method, properties, body))
 
     def _consume(self, queue: str) -> None:
