@@ -145,7 +145,17 @@ class Scenario:
         try:
             wait_for(lambda: self.executed() >= target, f"{by} more executions", timeout_s, interval_s=0.2)
         except TimeoutError:
-            raise AssertionError(f"no progress; worker log tail:\n{self.tail()}") from None
+            raise AssertionError(
+                f"no progress: {self.executed()} of {self.load.executions} executions recorded, the producer "
+                f"{self._producer_state()}; worker log tail:\n{self.tail()}"
+            ) from None
+
+    def _producer_state(self) -> str:
+        """Whether work was still coming: a worker left with nothing to do makes no progress either."""
+        producer = self.producer
+        if producer.failure is not None:
+            return f"stopped by {type(producer.failure).__name__}: {producer.failure}"
+        return "done" if producer.done.is_set() else "still publishing"
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
@@ -226,8 +236,10 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
 
 @pytest.mark.xfail(
     run=False,
-    reason="not reliable yet: in two of four runs the worker stalled after the cut-off node paused (its "
-    "consumers lost, no progress for 90 s); run it with --runxfail while that is investigated",
+    reason="not reliable yet: after the cut-off node pauses, progress sometimes stops for 90 s although the "
+    "worker has reconnected to the majority and every queue of the namespace is empty (whether the producer "
+    "had finished or stopped is what the failure now says); the cluster also sometimes takes over 90 s to "
+    "serve again after the heal. Run it with --runxfail while that is investigated",
 )
 @pytest.mark.timeout(240)
 def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_it_heals(
