@@ -106,7 +106,11 @@ class ConfirmPublisher:
                 self._wake()
 
             self._impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=on_selected)
+            deadline = time.monotonic() + CONFIRM_TIMEOUT_S
             while not selected:
+                if time.monotonic() > deadline:  # a server that took the connection but never answers
+                    self.close()
+                    raise ConfirmTimeout(f"RabbitMQ did not turn on publisher confirms in {CONFIRM_TIMEOUT_S} s")
                 self.connection.process_data_events(time_limit=1)
             self._impl.add_on_return_callback(self._on_return)
 
