@@ -14,11 +14,12 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.housekeeping import fresh_namespace
 
 BIN = Path(sys.executable).parent
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -76,7 +77,7 @@ def project(tmp_path: Path, delete_namespace: Callable[[str], None]) -> Iterator
     (tmp_path / "shop.py").write_text(textwrap.dedent(SHOP))
     (tmp_path / "workflows.py").write_text(textwrap.dedent(WORKFLOWS))
     (tmp_path / "producer.py").write_text(textwrap.dedent(PRODUCER))
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_") and k != "PYTHONPATH"}
     env |= {
         "PIPELINES_NAMESPACE": namespace,

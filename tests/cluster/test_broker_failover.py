@@ -29,6 +29,8 @@ from pipelines.store import RedisRunStore
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"))
 from fail_closed_support import POSTGRES_URL, Effects
 
+from tests.housekeeping import fresh_namespace
+
 pytestmark = pytest.mark.cluster
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -55,7 +57,7 @@ def effects() -> Iterator[Effects]:
 @pytest.fixture
 def cluster_app(rabbit_cluster: RabbitCluster) -> Iterator[App]:
     """An app on the cluster's three nodes (quorum queues on all three), its namespace deleted after."""
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     settings = Settings.from_values(
         {
             "namespace": namespace,

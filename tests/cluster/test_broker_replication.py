@@ -4,7 +4,6 @@ gives them, RabbitMQ's own default when it is unset, and what changing it on exi
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.errors import TopologyMismatch
+from tests.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 
@@ -54,7 +54,7 @@ def replicas(cluster: RabbitCluster, namespace: str) -> dict[str, int]:
 def test_quorum_queues_get_the_configured_replicas_and_rabbitmqs_default_of_every_node_when_unset(
     rabbit_cluster: RabbitCluster, make_app: Callable[..., App]
 ) -> None:
-    unset, two = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    unset, two = (fresh_namespace() for _ in range(2))
     make_app(unset).broker.ensure_topology()  # type: ignore[union-attr]
     make_app(two, quorum_initial_group_size=2).broker.ensure_topology()  # type: ignore[union-attr]
 
@@ -69,7 +69,7 @@ def test_quorum_queues_get_the_configured_replicas_and_rabbitmqs_default_of_ever
 def test_setting_a_replication_factor_on_existing_queues_is_a_topology_mismatch_that_says_what_to_do(
     rabbit_cluster: RabbitCluster, make_app: Callable[..., App]
 ) -> None:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     make_app(namespace).broker.ensure_topology()  # type: ignore[union-attr]
     changed = make_app(namespace, quorum_initial_group_size=3)
     with pytest.raises(TopologyMismatch, match="quorum_initial_group_size") as raised:

@@ -52,5 +52,5 @@ def test_a_key_acknowledged_by_a_replica_survives_its_primarys_sigkill(
     print(f"port {promoted} promoted {time.monotonic() - killed_at:.1f} s after port {primary}'s SIGKILL")
 
     assert cluster_client.get(key) == "kept"  # the client follows the slot to its new primary
-    assert redis_cluster.primary_of(key) == promoted
+    assert redis_cluster.primary_of(key, via=promoted) == promoted
     cluster_client.delete(key)

@@ -6,13 +6,13 @@ is a store on the cluster, so each script must touch one slot and every command 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 from local_redis import LocalRedisCluster
 
 from pipelines.store import NewRun, RedisRunStore
+from tests.housekeeping import fresh_namespace
 from tests.pipelines.store.conftest import STORE_URLS, chord_maker
 from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
@@ -48,7 +48,7 @@ def store_backend(redis_cluster: LocalRedisCluster) -> Iterator[str]:
 
 @pytest.fixture
 def store_namespace() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
+    return fresh_namespace()
 
 
 @pytest.fixture

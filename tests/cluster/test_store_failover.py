@@ -28,7 +28,7 @@ from pipelines.config import Settings
 from pipelines.naming import run_key
 from pipelines.store import RedisRunStore
 from tests.conftest import AMQP_URL, TEST_DELAY_TIERS_S
-from tests.housekeeping import start_process, stop_process
+from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 HELPERS = Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"
 sys.path.insert(0, str(HELPERS))
@@ -62,7 +62,7 @@ def _wait(done: Callable[[], bool], timeout_s: float, what: str, log: Path) -> N
 def test_runs_survive_the_sigkill_of_a_store_primary_with_each_keyed_effect_once(
     redis_cluster: LocalRedisCluster, delete_namespace: Callable[[str], None], effects: Effects, tmp_path: Path
 ) -> None:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     store_url = f"redis+cluster://127.0.0.1:{redis_cluster.servers[0].port},127.0.0.1:{redis_cluster.servers[1].port}"
     values = {
         "namespace": namespace,

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from pipelines import step
 from pipelines.app import App, build_app
 from pipelines.broker.rabbitmq import ExchangeBroker
 from pipelines.config import Settings
+from tests.housekeeping import fresh_namespace
 
 FAULTS = Path(__file__).resolve().parent
 ROOT = FAULTS.parents[1]
@@ -60,7 +60,7 @@ class Backlog:
 
     def __init__(self, node: OwnRabbit, log: Path) -> None:
         self.node = node
-        self.namespace = f"t-{uuid.uuid4().hex[:10]}"
+        self.namespace = fresh_namespace()
         values: dict[str, Any] = {
             "namespace": self.namespace,
             "broker": {"url": node.url, "consumer_timeout_s": CONSUMER_TIMEOUT_MS // 1000},

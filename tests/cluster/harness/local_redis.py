@@ -185,10 +185,11 @@ class LocalRedisCluster:
                 primaries.setdefault(by_id[node.primary_id].port, []).append(node.port)
         return {primary: sorted(replicas) for primary, replicas in primaries.items()}
 
-    def primary_of(self, key: str) -> int:
-        """The port of the primary serving ``key``'s hash slot, as a live server sees it."""
+    def primary_of(self, key: str, *, via: int | None = None) -> int:
+        """The port of the primary serving ``key``'s hash slot, as the server on ``via`` (else the first
+        live one) sees it. Right after a failover, servers learn of it by gossip, not all at once."""
         slot = key_slot(key.encode())
-        for node in self.view(self._live_port()):
+        for node in self.view(via if via is not None else self._live_port()):
             if node.is_primary and not node.failed and any(_covers(span, slot) for span in node.slots):
                 return node.port
         raise RedisClusterError(f"no live primary serves slot {slot} of {key!r}")

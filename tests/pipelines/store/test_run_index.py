@@ -13,6 +13,7 @@ from pipelines.errors import InvalidQuery
 from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, RunStore, embedded_store
 from pipelines.store.base import RunQuery
+from tests.housekeeping import fresh_namespace
 
 from .conftest import STORE_URLS
 
@@ -124,7 +125,7 @@ def test_find_runs_pages_through_runs_created_in_the_same_millisecond_without_ga
 
 
 def test_the_index_drops_runs_created_more_than_a_retention_ago(store_backend: str, new_chord: NewChord) -> None:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    namespace = fresh_namespace()
     # A one-second retention (config.toml allows 60 s at least), so the test waits a second, not a minute.
     if store_backend == "memory":
         short = embedded_store(namespace=namespace, retention_s=1)
