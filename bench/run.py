@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from bench import broker_cost, cases, tiers
+from bench import broker_cost, cases, starts, tiers
 from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
 
@@ -36,9 +36,10 @@ class Sizes:
     scale_members: tuple[int, ...] = (25_000, 100_000)
     scale_runs: int = 10_000
     broker: int = 20_000
+    starts: int = 4_000
 
 
-QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500, 2_000)
+QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500, 2_000, 400)
 
 
 @dataclass
@@ -125,6 +126,7 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
         ),
         "<= 2.5",
     )
+    target("app.start, 3-step chain, 8 threads (starts/s)", m("starts", "rabbit-pipelines", "starts_per_s"), ">= 3000")
     target(
         "chord speed / dramatiq group+callback",
         ratio(speed("chord", "rabbit-pipelines"), speed("chord", "dramatiq")),
@@ -180,7 +182,8 @@ def store_and_broker_cases(
     extra: dict[str, Any],
     log: Callable[[str], Path],
 ) -> None:
-    """The cases of the run store's memory and scale, and of RabbitMQ's own cost per message."""
+    """The cases of the run store's memory and scale, of starting runs from threads, and of RabbitMQ's own
+    cost per message."""
     if "memory" in wanted:
         alternate(
             [ours],
@@ -189,6 +192,8 @@ def store_and_broker_cases(
             results,
             "memory",
         )
+    if "starts" in wanted:
+        alternate([ours], rounds, lambda s: starts.starts(ours, sizes.starts), results, "starts")
     if "broker" in wanted:
         for variant, figures in broker_cost.measure(rounds, sizes.broker).items():
             for figure in figures:
@@ -213,7 +218,19 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else Sizes()
     wanted = set(
         args.cases
-        or ["startup", "throughput", "enqueue", "chains", "chord", "fanout", "latency", "memory", "broker", "scale"]
+        or [
+            "startup",
+            "throughput",
+            "enqueue",
+            "chains",
+            "chord",
+            "fanout",
+            "latency",
+            "memory",
+            "starts",
+            "broker",
+            "scale",
+        ]
     )
     started = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
