@@ -13,7 +13,7 @@ from typing import Any
 
 import pika
 
-from bench.common import AMQP_URL
+from bench.common import AMQP_URL, confirm_stream
 from bench.tiers import _cpu_s, _listening_on
 
 #: Bytes of a message body: about what a chain step's message carries.
@@ -64,15 +64,7 @@ def rabbitmq_cpu_per_message(variant: Variant, n: int) -> float:
 
 def _publish(connection: Any, exchange: str, routing_key: str, confirm: bool, n: int) -> None:
     impl = connection.channel()._impl
-    confirmed = {"up_to": 0}
-    if confirm:
-        ready: list[object] = []
-        impl.confirm_delivery(
-            ack_nack_callback=lambda frame: confirmed.__setitem__("up_to", frame.method.delivery_tag),
-            callback=ready.append,
-        )
-        while not ready:
-            connection.process_data_events(time_limit=0.1)
+    confirmed = confirm_stream(connection, impl) if confirm else {"up_to": 0}
     properties = pika.BasicProperties(delivery_mode=2, message_id="m", headers={"step": 1})
     body = b"x" * BODY_BYTES
     for index in range(n):

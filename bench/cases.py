@@ -19,7 +19,7 @@ from dramatiq import pipeline as dramatiq_pipeline
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 from bench import tiers
-from bench.common import AMQP_URL, Worker, redis_client, wait_for_count
+from bench.common import AMQP_URL, Worker, confirm_stream, redis_client, wait_for_count
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
 from pipelines import chain, chord, fan_out, group, step
 
@@ -130,14 +130,7 @@ def pika_batched_confirms(system: RawPika, counter: str, n: int) -> float:
         channel = connection.channel()
         channel.queue_declare(system.queue, durable=True)
         impl = channel._impl
-        confirmed = {"up_to": 0}
-        ready: list[object] = []
-        impl.confirm_delivery(
-            ack_nack_callback=lambda frame: confirmed.__setitem__("up_to", frame.method.delivery_tag),
-            callback=ready.append,
-        )
-        while not ready:
-            connection.process_data_events(time_limit=0.1)
+        confirmed = confirm_stream(connection, impl)
         properties = pika.BasicProperties(delivery_mode=2)
         started = time.perf_counter()
         for _ in range(n):

@@ -117,3 +117,17 @@ class Worker:
 def base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINES_", "OTEL_", "PROMETHEUS_"))}
     return env | {"BENCH_AMQP_URL": AMQP_URL, "BENCH_REDIS_URL": REDIS_URL, "PYTHONPATH": str(ROOT)}
+
+
+def confirm_stream(connection: Any, channel: Any) -> dict[str, int]:
+    """Turn on publisher confirms on pika's lower-level ``channel``; the returned dict's ``up_to`` holds
+    the highest delivery tag confirmed so far (RabbitMQ confirms with ``multiple``)."""
+    confirmed = {"up_to": 0}
+    ready: list[object] = []
+    channel.confirm_delivery(
+        ack_nack_callback=lambda frame: confirmed.__setitem__("up_to", frame.method.delivery_tag),
+        callback=ready.append,
+    )
+    while not ready:
+        connection.process_data_events(time_limit=0.1)
+    return confirmed

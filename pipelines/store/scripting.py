@@ -1,10 +1,6 @@
 """How the run store sends its Lua scripts to Redis: calls of threads made at the same time sent
-together on one thread's own connection, pipelines that go by SHA, and the script's text where a shard
-may not have it.
-
-redis-py's connection pool takes a lock, checks the process id and the socket, and records statistics
-to lend a connection, as much CPU as a step's script itself: the scripts go on each thread's own
-connection instead (:mod:`pipelines.store.thread_clients`).
+together on one thread's own connection (:mod:`pipelines.store.thread_clients` says why not the pool),
+pipelines that go by SHA, and the script's text where a shard may not have it.
 """
 
 from __future__ import annotations
@@ -50,17 +46,21 @@ class Scripts:
         pipeline on the connection of the thread that sends them (group commit); each thread gets its
         own reply, or its own script's error."""
         if self._together is None:
-            return script(keys=keys, args=args, client=self._thread_clients.get() if self._thread_clients else None)
+            return script(keys=keys, args=args, client=self._own_client())
         reply = self._together.submit((script, keys, args))
         if isinstance(reply, NotDone):  # the shared send failed in another thread: this call alone
-            return script(keys=keys, args=args, client=self._thread_clients.get() if self._thread_clients else None)
+            return script(keys=keys, args=args, client=self._own_client())
         if isinstance(reply, _Failed):
             raise reply.error
         return reply
 
+    def _own_client(self) -> redis.Redis | None:
+        """This thread's connection, or None (the registered client) where threads share a pool."""
+        return self._thread_clients.get() if self._thread_clients is not None else None
+
     def _run_together(self, calls: Sequence[tuple[Script, list[str], list[Any]]]) -> list[Any]:
-        assert self._thread_clients is not None
-        client = self._thread_clients.get()
+        client = self._own_client()
+        assert client is not None  # combined only where threads have their own connections
         if len(calls) == 1:  # alone: no pipeline to build
             script, keys, args = calls[0]
             try:

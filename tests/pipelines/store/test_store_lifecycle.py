@@ -122,3 +122,20 @@ def test_threads_claiming_at_once_each_get_their_own_reply_or_their_own_scripts_
 
     assert isinstance(outcomes.pop(broken), redis.ResponseError)
     assert outcomes == {run.run_id: "run" for run in runs if run.run_id != broken}
+
+
+def test_a_shared_send_after_redis_lost_its_scripts_loads_them_and_runs_every_call_once(
+    redis_store: RedisRunStore, new_chord: NewChord, store_namespace: str
+) -> None:
+    runs = [new_chord(1) for _ in range(4)]
+    redis_store.create_runs(runs)
+    redis.Redis.from_url(REDIS_URL).script_flush()  # what a restart without persistence leaves
+    claim = redis_store._claim
+    calls = [(claim, [run_key(store_namespace, run.run_id)], ["0.0.0", 60_000, 1]) for run in runs]
+
+    replies = redis_store._scripts._run_together(calls)  # what threads claiming at once send together
+
+    assert [reply[0] for reply in replies] == [b"run"] * len(runs)
+    assert [redis_store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=60_000).kind for run in runs] == [
+        "busy"
+    ] * len(runs)  # each claimed once
