@@ -42,24 +42,34 @@ def _purge(*queues: str) -> None:
 
 
 class Ours:
-    """rabbit-pipelines with its full default middleware, tracing exported to a local receiver, metrics."""
+    """rabbit-pipelines with its full default middleware, tracing exported to a local receiver (at the
+    shipped sampling unless ``sample_ratio`` is given), metrics."""
 
     name = "rabbit-pipelines"
 
-    def __init__(self, otlp_endpoint: str, *, tracing: bool = True) -> None:
+    def __init__(
+        self, otlp_endpoint: str, *, tracing: bool = True, sample_ratio: float | None = None, name: str | None = None
+    ) -> None:
+        self.name = name or self.name
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
-        self.env = base_env() | {
-            "PIPELINES_NAMESPACE": NAMESPACE,
-            "PIPELINES_BROKER__URL": AMQP_URL,
-            "PIPELINES_STORE__URL": REDIS_URL,
-            "PIPELINES_TELEMETRY__ENABLED": "true" if tracing else "false",
-            "PIPELINES_TELEMETRY__ENDPOINT": otlp_endpoint,
-            "PIPELINES_METRICS__ENABLED": "true",
-            "PIPELINES_METRICS__PORT": str(free_port()),
-            "PIPELINES_METRICS__MULTIPROCESS_DIR": self.metrics_dir,
-            "PIPELINES_LOGGING__LEVEL": "WARNING",
-        }
-        # The producer side: this process builds the same app and declares the same actors.
+        ratio = {} if sample_ratio is None else {"PIPELINES_TELEMETRY__SAMPLE_RATIO": str(sample_ratio)}
+        self.env = (
+            base_env()
+            | ratio
+            | {
+                "PIPELINES_NAMESPACE": NAMESPACE,
+                "PIPELINES_BROKER__URL": AMQP_URL,
+                "PIPELINES_STORE__URL": REDIS_URL,
+                "PIPELINES_TELEMETRY__ENABLED": "true" if tracing else "false",
+                "PIPELINES_TELEMETRY__ENDPOINT": otlp_endpoint,
+                "PIPELINES_METRICS__ENABLED": "true",
+                "PIPELINES_METRICS__PORT": str(free_port()),
+                "PIPELINES_METRICS__MULTIPROCESS_DIR": self.metrics_dir,
+                "PIPELINES_LOGGING__LEVEL": "WARNING",
+            }
+        )
+        # The producer side: this process builds the same app and declares the same actors (the first
+        # system built sets its configuration; a variant shares it and differs in its workers only).
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("PIPELINES_")})
         os.environ["BENCH_REDIS_URL"] = REDIS_URL
         self.module: Any = importlib.import_module("bench.ours_worker")

@@ -223,7 +223,9 @@ class TelemetryConfig(_Section):
     endpoint: str = "http://127.0.0.1:4318"
     protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
     service_name: str = "rabbit-pipelines"
-    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    sample_ratio: float = Field(default=0.1, ge=0, le=1)
+    keep_failed: bool = True
+    keep_slower_than_s: float = Field(default=5.0, ge=0)
     resource_attributes: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("endpoint")

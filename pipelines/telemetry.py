@@ -10,10 +10,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from pipelines.config import TelemetryConfig
 from pipelines.errors import ConfigError
+from pipelines.tail_sampling import KeepFailedAndSlow, sampler_for
 
 #: Instrumentation name of the tracer.
 TRACER_NAME = "rabbit-pipelines"
@@ -43,10 +43,15 @@ def make_exporter(config: TelemetryConfig) -> SpanExporter:
 
 
 def make_tracer_provider(config: TelemetryConfig, *, exporter: SpanExporter | None = None) -> TracerProvider:
-    """A tracer provider exporting in batches to ``config.endpoint`` (or to ``exporter``)."""
+    """A tracer provider exporting in batches to ``config.endpoint`` (or to ``exporter``): the sampled
+    share of runs, and every failed or slow step of the others (see ``pipelines.tail_sampling``)."""
     resource = Resource.create({"service.name": config.service_name, **config.resource_attributes})
-    provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
-    provider.add_span_processor(BatchSpanProcessor(exporter or make_exporter(config)))
+    keeps_tail = config.keep_failed or config.keep_slower_than_s > 0
+    provider = TracerProvider(resource=resource, sampler=sampler_for(config.sample_ratio, keeps_tail=keeps_tail))
+    batches = BatchSpanProcessor(exporter or make_exporter(config))
+    provider.add_span_processor(
+        KeepFailedAndSlow(batches, keep_failed=config.keep_failed, slower_than_s=config.keep_slower_than_s)
+    )
     return provider
 
 

@@ -122,7 +122,12 @@ def test_a_run_processed_by_a_dramatiq_worker_arrives_at_an_otlp_receiver_as_one
     receiver: Receiver, namespaces: Callable[[], str], tmp_path: Path
 ) -> None:
     endpoint = f"http://127.0.0.1:{receiver.server_address[1]}"
-    env = environment(namespaces(), PIPELINES_TELEMETRY__ENABLED="true", PIPELINES_TELEMETRY__ENDPOINT=endpoint)
+    env = environment(
+        namespaces(),
+        PIPELINES_TELEMETRY__ENABLED="true",
+        PIPELINES_TELEMETRY__ENDPOINT=endpoint,
+        PIPELINES_TELEMETRY__SAMPLE_RATIO="1.0",
+    )
     worker = Worker(env, tmp_path / "worker.log")
     try:
         run = pipelines(env, "run", "order_fulfilment", "--arg", "order_id=5", "--arg", "total=10", "--wait")

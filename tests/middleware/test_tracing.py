@@ -10,7 +10,6 @@ from typing import Any
 
 import dramatiq
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -102,7 +101,7 @@ class Traced:
 @pytest.fixture
 def traced(make_app: Any) -> Traced:
     exporter = AwaitedExporter()
-    return Traced(make_app(telemetry={"enabled": True}, span_exporter=exporter), exporter)
+    return Traced(make_app(telemetry={"enabled": True, "sample_ratio": 1.0}, span_exporter=exporter), exporter)
 
 
 def declare(app: App) -> dict[str, Any]:
@@ -139,7 +138,9 @@ def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_t
 ) -> None:
     a = declare(traced.app)
     start_worker(traced.app)
-    tracer = trace.get_tracer("web")
+    # The app's own provider: the process's global one is whichever app of the test session came first.
+    assert traced.app.tracer_provider is not None
+    tracer = traced.app.tracer_provider.get_tracer("web")
     with tracer.start_as_current_span("POST /orders") as request:
         run = traced.app.start(chain(a["add"], a["double"], a["negate"]), args=(1,))
     assert run.result(timeout_s=TIMEOUT_S) == -4

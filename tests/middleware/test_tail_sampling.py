@@ -1,0 +1,149 @@
+"""Runs the ratio leaves out still export their failed and slow steps, in the run's trace, and nothing else."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import dramatiq
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from pipelines import chain
+from pipelines.tail_sampling import KEPT_ATTRIBUTE, KeepFailedAndSlow, RecordLeftOutProcessing, sampler_for
+from tests.middleware.test_tracing import TIMEOUT_S, AwaitedExporter, Traced
+
+NONE_SAMPLED = {"enabled": True, "sample_ratio": 0.0}
+
+
+def traced(make_app: Any, **telemetry: Any) -> Traced:
+    exporter = AwaitedExporter()
+    return Traced(make_app(telemetry={**NONE_SAMPLED, **telemetry}, span_exporter=exporter), exporter)
+
+
+def declare(app: Any) -> dict[str, Any]:
+    @dramatiq.actor(broker=app.broker)
+    def add(x: int) -> int:
+        return x + 1
+
+    @dramatiq.actor(broker=app.broker, max_retries=0)
+    def refuse(x: int) -> int:
+        raise ValueError(f"{x} is refused")
+
+    @dramatiq.actor(broker=app.broker)
+    def linger(x: int) -> int:
+        time.sleep(0.3)
+        return x
+
+    return {"add": add, "refuse": refuse, "linger": linger}
+
+
+def test_a_failed_step_of_a_run_left_out_is_exported_alone_in_the_runs_trace(make_app: Any, start_worker: Any) -> None:
+    t = traced(make_app)
+    a = declare(t.app)
+    start_worker(t.app)
+
+    run = t.app.start(chain(a["add"], a["refuse"], a["add"]), args=(1,))
+    assert run.wait(TIMEOUT_S).state == "failed"
+
+    [failed] = t.consumers("refuse")
+    spans = t.spans()
+    assert spans == [failed]  # neither the publishes nor the step that succeeded
+    assert failed.attributes is not None
+    assert failed.attributes[KEPT_ATTRIBUTE] == "failed"
+    assert failed.attributes["pipeline.run_id"] == run.id
+    assert failed.status.status_code == StatusCode.ERROR
+    assert [event.name for event in failed.events] == ["exception"]
+    assert format(failed.context.trace_id, "032x") == run.status().trace_id
+
+
+def test_a_slow_step_is_kept_and_a_quick_one_is_not(make_app: Any, start_worker: Any) -> None:
+    t = traced(make_app, keep_slower_than_s=0.2)
+    a = declare(t.app)
+    start_worker(t.app)
+
+    run = t.app.start(chain(a["add"], a["linger"]), args=(1,))
+    assert run.result(timeout_s=TIMEOUT_S) == 2
+
+    [slow] = t.consumers("linger")
+    assert slow.attributes is not None
+    assert slow.attributes[KEPT_ATTRIBUTE] == "slow"
+    assert t.spans() == [slow]
+
+
+class Collected(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+def ended_span(*, sampled: bool, failed: bool, took_s: float) -> ReadableSpan:
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+    return ReadableSpan(
+        name="process q",
+        context=SpanContext(0x1234, 0x5678, is_remote=False, trace_flags=flags),
+        attributes={"pipeline.run_id": "r"},
+        status=Status(StatusCode.ERROR if failed else StatusCode.UNSET),
+        start_time=1_000_000_000,
+        end_time=1_000_000_000 + int(took_s * 1e9),
+    )
+
+
+def test_keeping_off_passes_on_the_sampled_spans_only() -> None:
+    collected = Collected()
+    keeper = KeepFailedAndSlow(collected, keep_failed=False, slower_than_s=0)
+    sampled = ended_span(sampled=True, failed=False, took_s=0.1)
+
+    for span in (sampled, ended_span(sampled=False, failed=True, took_s=60)):
+        keeper.on_end(span)
+
+    assert collected.spans == [sampled]
+    assert isinstance(sampler_for(0.0, keeps_tail=False), ParentBased)  # nothing left out is even recorded
+
+
+def test_a_kept_span_is_passed_on_as_sampled_with_why() -> None:
+    collected = Collected()
+    keeper = KeepFailedAndSlow(collected, keep_failed=True, slower_than_s=5)
+
+    for span in (
+        ended_span(sampled=False, failed=True, took_s=0.1),
+        ended_span(sampled=False, failed=False, took_s=6),
+        ended_span(sampled=False, failed=False, took_s=4),
+    ):
+        keeper.on_end(span)
+
+    assert [dict(s.attributes or {}) for s in collected.spans] == [
+        {"pipeline.run_id": "r", KEPT_ATTRIBUTE: "failed"},
+        {"pipeline.run_id": "r", KEPT_ATTRIBUTE: "slow"},
+    ]
+    assert all(s.context is not None and s.context.trace_flags.sampled for s in collected.spans)
+
+
+def test_sampled_runs_are_exported_whole_with_keeping_on(make_app: Any, start_worker: Any) -> None:
+    t = traced(make_app, sample_ratio=1.0)
+    a = declare(t.app)
+    start_worker(t.app)
+
+    run = t.app.start(chain(a["add"], a["add"]), args=(1,))
+    assert run.result(timeout_s=TIMEOUT_S) == 3
+
+    spans = t.await_spans(lambda spans: sum(s.kind == SpanKind.CONSUMER for s in spans) == 2, "both steps")
+    assert {s.kind for s in spans} >= {SpanKind.PRODUCER, SpanKind.CONSUMER}
+    assert not any(KEPT_ATTRIBUTE in (s.attributes or {}) for s in spans)
+
+
+def test_only_processing_spans_of_runs_left_out_are_recorded() -> None:
+    sampler = RecordLeftOutProcessing(0.0)
+    trace_id = 0x1234
+
+    consumer = sampler.should_sample(None, trace_id, "process q", SpanKind.CONSUMER, {"a": 1})
+    producer = sampler.should_sample(None, trace_id, "publish q", SpanKind.PRODUCER, {"a": 1})
+
+    assert (consumer.decision, dict(consumer.attributes or {})) == (Decision.RECORD_ONLY, {"a": 1})
+    assert producer.decision is Decision.DROP
+    assert RecordLeftOutProcessing(1.0).should_sample(None, trace_id, "x", SpanKind.CONSUMER).decision is (
+        Decision.RECORD_AND_SAMPLE
+    )
