@@ -3,10 +3,12 @@ error naming what is expected, found when the settings load, not a traceback at 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from urllib.parse import urlsplit
 
 import pika
-import redis
 
 from pipelines.masking import mask_text
 from pipelines.redis_cluster import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
@@ -34,6 +36,21 @@ def check_amqp_url(url: str) -> str:
     return url
 
 
+#: Whether a URL is also checked by building its client's connection (see ``without_client_checks``).
+_client_checks: ContextVar[bool] = ContextVar("client_checks", default=True)
+
+
+@contextmanager
+def without_client_checks() -> Iterator[None]:
+    """Check the store's URL by its syntax only: for a process that never uses the store (a worker's
+    metrics process) and need not load redis-py, whose import costs about 20 MB."""
+    token = _client_checks.set(False)
+    try:
+        yield
+    finally:
+        _client_checks.reset(token)
+
+
 def check_redis_url(url: str) -> str:
     """The URL as redis-py reads it, with the database a number (redis-py would quietly use 0)."""
     if is_cluster_url(url):
@@ -44,6 +61,10 @@ def check_redis_url(url: str) -> str:
     database = urlsplit(url).path.strip("/")
     if database and not database.isdigit():
         raise ValueError("expected the database as a number after the host, like redis://host:6379/0")
+    if not _client_checks.get():
+        return url
+    import redis  # here, not at the top: see without_client_checks
+
     try:
         redis.ConnectionPool.from_url(url).make_connection()  # builds the connection, does not connect
     except (ValueError, TypeError) as e:

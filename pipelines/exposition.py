@@ -27,6 +27,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from pipelines.config import load_settings
+from pipelines.config_urls import without_client_checks
 from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, dramatiq_master, group_dir
 from pipelines.metrics_http import serve_http
 
@@ -178,7 +179,8 @@ class LiveWorkers(Collector):
 
 def serve() -> int:
     """Serve the metrics until the CLI stops this process (returns only when it cannot listen)."""
-    settings = load_settings()
+    with without_client_checks():  # the worker processes checked the store's URL as redis-py reads it
+        settings = load_settings()
     directory = group_dir(settings.metrics, settings.namespace, dramatiq_master() or os.getppid())
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC_ENV] = str(directory)

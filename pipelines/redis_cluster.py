@@ -8,9 +8,11 @@ client starts: it learns the rest of the cluster from them. A cluster has one da
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from redis.cluster import ClusterNode, RedisCluster
+if TYPE_CHECKING:
+    from redis.cluster import RedisCluster
 
 #: URL schemes of a Redis Cluster (``rediss+cluster`` for TLS).
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -61,6 +63,8 @@ def parse_cluster_url(url: str) -> ClusterAddress:
 
 def cluster_client(url: str, *, timeout_s: float) -> RedisCluster:
     """A client of the cluster the URL names (nothing connects until the first command)."""
+    from redis.cluster import ClusterNode, RedisCluster  # redis-py costs memory: only where a store is used
+
     address = parse_cluster_url(url)
     return RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in address.nodes],  # type: ignore[no-untyped-call]

@@ -14,11 +14,13 @@ sealed with a key no longer in the ring) is a dead letter with the reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
 import orjson
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+if TYPE_CHECKING:
+    from cryptography.fernet import MultiFernet
 
 from pipelines import options as opt
 from pipelines.errors import InvalidActorOption, PipelinesError
@@ -40,7 +42,11 @@ class Sealer:
     """Seals and opens values with the configured key ring."""
 
     def __init__(self, keys: Sequence[str]) -> None:
-        self._fernet = MultiFernet([Fernet(key.encode()) for key in keys]) if keys else None
+        self._fernet: MultiFernet | None = None
+        if keys:  # cryptography costs a worker about 8 MB: loaded only where keys are configured
+            from cryptography.fernet import Fernet, MultiFernet
+
+            self._fernet = MultiFernet([Fernet(key.encode()) for key in keys])
 
     def check_declaration(self, actor: dramatiq.Actor[Any, Any]) -> None:
         """Refuse an encrypting actor without keys, or malformed secret fields.
@@ -81,6 +87,8 @@ class Sealer:
     def _decrypt(self, token: Any) -> Any:
         if self._fernet is None:
             raise Unsealable("A sealed value arrived, but [encryption] keys is empty.")
+        from cryptography.fernet import InvalidToken
+
         try:
             return orjson.loads(self._fernet.decrypt(str(token).encode()))
         except (InvalidToken, orjson.JSONDecodeError):

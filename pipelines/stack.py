@@ -12,6 +12,7 @@ from opentelemetry import trace
 from periodiq import PeriodiqMiddleware
 
 from pipelines.config import Settings
+from pipelines.metrics_process import serve_metrics
 from pipelines.middleware import (
     ActorTimeLimit,
     Backoff,
@@ -121,10 +122,3 @@ def build_middleware(
         schedules,
         ActorTimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),
     ]
-
-
-def serve_metrics() -> int:
-    """The `dramatiq` CLI's metrics process (see ``pipelines.exposition``); runs until stopped."""
-    from pipelines.exposition import serve
-
-    return serve()
