@@ -9,12 +9,16 @@ messaging conventions (``publish <exchange>:<routing key>``, ``process <queue>``
 
 Spans cost CPU on the worker (creating them, and encoding them for export on the batch thread): the
 attributes per actor that never change are built once, and ``[telemetry] sample_ratio`` trades detail
-for throughput.
+for throughput. A message of a run left out by sampling gets no span while it is processed, only its
+start time; a span is made when it ends, back-dated, if it failed or was slow and such spans are kept
+(``pipelines.tail_sampling``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -72,15 +76,28 @@ def _process_attributes(queue: str, actor: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class _LeftOut:
+    """A message of a run that sampling left out, being processed: what its span needs if it is kept."""
+
+    parent: context.Context
+    started_ns: int
+    token: object
+
+
 class Tracing(Middleware):
     """Starts and ends the spans of publishing and processing (see the module docstring)."""
 
     #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
     fails_open = True
 
-    def __init__(self, *, tracer: trace.Tracer, namespace: str) -> None:
+    def __init__(
+        self, *, tracer: trace.Tracer, namespace: str, keep_failed: bool = False, keep_slower_than_s: float = 0
+    ) -> None:
         self.tracer = tracer
         self.namespace = namespace
+        self.keep_failed = keep_failed
+        self.keep_slower_than_ns = int(keep_slower_than_s * 1e9) if keep_slower_than_s > 0 else None
         self._local = threading.local()
 
     def _publishing(self) -> dict[int, trace.Span]:
@@ -115,8 +132,19 @@ class Tracing(Middleware):
             span.end()
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        parent = _PROPAGATOR.extract(message.options.get(opt.TRACE) or {})
+        caused_by = trace.get_current_span(parent).get_span_context()
+        if caused_by.is_valid and not caused_by.trace_flags.sampled:
+            # What it publishes stays in the run's trace, left out too (the parent's context is current).
+            self._local.processing = _LeftOut(parent, time.time_ns(), context.attach(parent))
+            return
+        span = self._start_processing(message, parent, start_time=None)
+        self._local.processing = (span, context.attach(trace.set_span_in_context(span)))
+
+    def _start_processing(
+        self, message: dramatiq.broker.MessageProxy, parent: context.Context, *, start_time: int | None
+    ) -> trace.Span:
         options = message.options
-        parent = _PROPAGATOR.extract(options.get(opt.TRACE) or {})
         links = [
             Link(trace.get_current_span(_PROPAGATOR.extract({"traceparent": parent_id})).get_span_context())
             for parent_id in options.get(opt.TRACE_LINKS, ())
@@ -126,17 +154,36 @@ class Tracing(Middleware):
         retries = options.get(opt.RETRIES)
         if retries:
             attributes["pipeline.attempt"] = int(retries) + 1
-        span = self.tracer.start_span(
-            f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes, links=links
+        return self.tracer.start_span(
+            f"process {queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=links,
+            start_time=start_time,
         )
-        self._local.processing = (span, context.attach(trace.set_span_in_context(span)))
 
-    def _end(self, exception: BaseException | None, *, skipped: bool = False) -> None:
-        opened: tuple[trace.Span, object] | None = getattr(self._local, "processing", None)
+    def _kept(self, left_out: _LeftOut, exception: BaseException | None) -> bool:
+        if exception is not None and self.keep_failed:
+            return True
+        slower_than = self.keep_slower_than_ns
+        return slower_than is not None and time.time_ns() - left_out.started_ns >= slower_than
+
+    def _end(
+        self, message: dramatiq.broker.MessageProxy, exception: BaseException | None, *, skipped: bool = False
+    ) -> None:
+        opened: tuple[trace.Span, object] | _LeftOut | None = getattr(self._local, "processing", None)
         if opened is None:
             return
         self._local.processing = None
-        span, token = opened
+        if isinstance(opened, _LeftOut):
+            context.detach(opened.token)  # type: ignore[arg-type]
+            if not self._kept(opened, exception):
+                return
+            span = self._start_processing(message, opened.parent, start_time=opened.started_ns)
+            token = None
+        else:
+            span, token = opened
         if exception is not None:
             span.record_exception(exception)
             span.set_attribute("error.type", type(exception).__name__)
@@ -144,7 +191,8 @@ class Tracing(Middleware):
         if skipped:
             span.set_attribute("pipeline.skipped", True)
         span.end()
-        context.detach(token)  # type: ignore[arg-type]
+        if token is not None:
+            context.detach(token)  # type: ignore[arg-type]
 
     def after_process_message(
         self,
@@ -154,7 +202,7 @@ class Tracing(Middleware):
         result: Any | None = None,
         exception: BaseException | None = None,
     ) -> None:
-        self._end(exception)
+        self._end(message, exception)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        self._end(None, skipped=True)
+        self._end(message, None, skipped=True)

@@ -82,7 +82,15 @@ def build_middleware(
     system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
     schedules = Schedules(store=store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s)
     if tracer is not None:
-        observing.append(Tracing(tracer=tracer, namespace=settings.namespace))
+        telemetry = settings.telemetry
+        observing.append(
+            Tracing(
+                tracer=tracer,
+                namespace=settings.namespace,
+                keep_failed=telemetry.keep_failed,
+                keep_slower_than_s=telemetry.keep_slower_than_s,
+            )
+        )
     if settings.metrics.enabled:
         metrics = Metrics(config=settings.metrics, namespace=settings.namespace, serve=serve_metrics)
         runtime.listeners.append(metrics)

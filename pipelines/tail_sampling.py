@@ -2,9 +2,9 @@
 
 Head sampling (``[telemetry] sample_ratio``) decides per run, when its first span starts, and the run's
 steps follow that decision through the trace context, so a busy queue pays for a fraction of its runs.
-Failures and slow steps are not known when a run starts, so the processing span of a step the ratio
-left out is still recorded (in memory, never encoded) and exported when it ends if it failed
-(``keep_failed``) or took longer than ``keep_slower_than_s``. Such a span keeps the run's trace id and
+Failures and slow steps are not known when a run starts, so a step the ratio left out keeps its start
+time (``pipelines.middleware.tracing``) and gets a back-dated processing span when it ends, exported
+if it failed (``keep_failed``) or took longer than ``keep_slower_than_s``. Such a span keeps the run's trace id and
 its ``pipeline.*`` attributes, and ``pipeline.kept`` says why it was kept; the other spans of that run
 are not exported, so its trace shows the failed or slow step alone. For whole traces of every failed
 run, export everything (``sample_ratio = 1.0``) to an OpenTelemetry Collector with tail sampling.

@@ -69,6 +69,7 @@ def test_a_slow_step_is_kept_and_a_quick_one_is_not(make_app: Any, start_worker:
     [slow] = t.consumers("linger")
     assert slow.attributes is not None
     assert slow.attributes[KEPT_ATTRIBUTE] == "slow"
+    assert (slow.end_time or 0) - (slow.start_time or 0) >= 0.3e9  # made when it ended, dated from its start
     assert t.spans() == [slow]
 
 
