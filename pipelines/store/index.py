@@ -3,10 +3,11 @@
 Two Redis sorted sets of run ids scored by creation time (epoch ms): every run of the namespace
 (``<namespace>:runs``) and each pipeline's (``<namespace>:runs:p:<pipeline>``). They are keys of their
 own, in other slots than the runs on a Redis Cluster, so they are written after the runs' scripts in
-the same round trip, not inside them; entries of runs created more than a retention ago are trimmed as
-new runs come. A page walks one index newest first, a slice per round trip, and reads the runs in the
-slice (a pipeline, which a cluster client splits by shard); a state is checked against each run's own
-record, so a page never shows a run in a state it has left.
+the same round trip, not inside them; entries of runs created more than a retention ago are trimmed,
+and the index's expiry renewed, as new runs come (at most once a second per index and process: each
+start adds its entry, not three commands). A page walks one index newest first, a slice per round
+trip, and reads the runs in the slice (a pipeline, which a cluster client splits by shard); a state is
+checked against each run's own record, so a page never shows a run in a state it has left.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from pipelines.naming import pipeline_runs_key, recent_runs_key, run_key
 from pipelines.store import replies
 from pipelines.store.base import NewRun, RunPage, RunQuery, RunSummary
 
+#: Seconds between two trims (and expiry renewals) of one index by one process, at least (a tenth of
+#: the retention where that is shorter).
+MAINTAIN_EVERY_S = 1.0
 #: How many index entries ``find_runs`` reads per round trip, at most.
 FIND_RUNS_SLICE = 1000
 #: The run fields a list of runs shows (``find_runs``), in the order ``replies.run_summary`` takes them.
@@ -56,6 +60,9 @@ class RunIndex:
         self._namespace = namespace
         self._retention_ms = retention_ms
         self._answering = answering
+        #: When this process last trimmed each index (monotonic seconds); a race trims twice, harmlessly.
+        self._maintained: dict[str, float] = {}
+        self._maintain_every_s = min(MAINTAIN_EVERY_S, retention_ms / 10_000)
 
     def add(self, pipe: Any, runs: Sequence[NewRun]) -> None:
         """Queue the writes that index ``runs`` on ``pipe`` (after their creation); a run already indexed
@@ -66,10 +73,13 @@ class RunIndex:
         for run in runs:
             indexes[recent_runs_key(self._namespace)][run.run_id] = now_ms
             indexes.setdefault(pipeline_runs_key(self._namespace, run.pipeline), {})[run.run_id] = now_ms
+        now = time.monotonic()
         for index, entries in indexes.items():
             pipe.zadd(index, entries, nx=True)
-            pipe.zremrangebyscore(index, "-inf", expired)
-            pipe.pexpire(index, self._retention_ms)
+            if now - self._maintained.get(index, -self._maintain_every_s) >= self._maintain_every_s:
+                self._maintained[index] = now
+                pipe.zremrangebyscore(index, "-inf", expired)
+                pipe.pexpire(index, self._retention_ms)
 
     def find(self, query: RunQuery, *, limit: int, cursor: str | None, keyed_run: str | None) -> RunPage:
         """The page of runs ``RunViews.find_runs`` answers; ``keyed_run`` is the run ``query.key`` started."""

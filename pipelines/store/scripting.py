@@ -33,6 +33,7 @@ class Scripts:
         self._thread_clients = thread_clients
         self._registered: list[Script] = []
         self._together = GroupCommit(self._run_together) if thread_clients is not None else None
+        self._pipelines = GroupCommit(self._execute_together) if thread_clients is not None else None
 
     def register(self, name: str) -> Script:
         """The script ``lua/<name>.lua`` of this package."""
@@ -92,21 +93,64 @@ class Scripts:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
 
     def execute(self, fill: Callable[[Any], None]) -> list[Any]:
-        """Fill a new pipeline (no transaction) and send it in one round trip.
+        """Fill a pipeline (no transaction) and send it in one round trip; the replies of what ``fill``
+        queued. Pipelines that threads send at the same time go as one, on the sending thread's own
+        connection (group commit), and each thread gets its own replies or its own first error.
 
         redis-py's own script pipelines ask Redis whether their scripts are cached before every send (a
         round trip more each time); here scripts go by SHA and, only when Redis has lost them (it
         restarted), are loaded and the pipeline sent again. NOSCRIPT fails every script call of the
         pipeline, so no script ran twice; what else it holds must write idempotently (index entries, TTLs).
         """
+        if self._pipelines is None:
+            return self._execute_alone(fill, self._client)
+        replies = self._pipelines.submit(fill)
+        if isinstance(replies, NotDone):  # the shared send failed in another thread: this pipeline alone
+            return self._execute_alone(fill, self._own_client() or self._client)
+        if isinstance(replies, _Failed):
+            raise replies.error
+        return replies
+
+    def _execute_alone(self, fill: Callable[[Any], None], client: redis.Redis | RedisCluster) -> list[Any]:
         for attempt in (1, 2):
-            pipe = self._client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             fill(pipe)
             try:
                 return cast(list[Any], pipe.execute())
             except redis.exceptions.NoScriptError:
                 if attempt == 2:
                     raise
-                for script in self._registered:
-                    self._client.script_load(script.script)
+                self._load_scripts()
         raise AssertionError("unreachable")
+
+    def _execute_together(self, fills: Sequence[Callable[[Any], None]]) -> list[list[Any] | _Failed]:
+        client = self._own_client()
+        assert client is not None  # combined only where threads have their own connections
+        for attempt in (1, 2):
+            pipe = client.pipeline(transaction=False)
+            spans: list[tuple[int, int] | _Failed] = []
+            for fill in fills:
+                start = len(pipe.command_stack)
+                try:
+                    fill(pipe)
+                except Exception as e:  # that caller's own error: the others' pipelines still go
+                    del pipe.command_stack[start:]
+                    spans.append(_Failed(e))
+                    continue
+                spans.append((start, len(pipe.command_stack)))
+            replies: list[Any] = pipe.execute(raise_on_error=False) if pipe.command_stack else []
+            if attempt == 1 and any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
+                self._load_scripts()  # no script of the pipeline ran: send it all again
+                continue
+            return [span if isinstance(span, _Failed) else _own_replies(replies[span[0] : span[1]]) for span in spans]
+        raise AssertionError("unreachable")
+
+    def _load_scripts(self) -> None:
+        for script in self._registered:
+            self._client.script_load(script.script)
+
+
+def _own_replies(replies: list[Any]) -> list[Any] | _Failed:
+    """A caller's replies, or its first error (as ``pipe.execute()`` alone would raise it)."""
+    error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+    return _Failed(error) if error is not None else replies

@@ -13,6 +13,7 @@ import redis
 from pipelines.errors import StoreUnavailable
 from pipelines.naming import run_key
 from pipelines.store import RedisRunStore, StoreLifecycle
+from pipelines.store.scripting import _Failed
 from tests.pipelines.store.conftest import REDIS_URL, RETENTION_S, NewChord
 
 
@@ -139,3 +140,69 @@ def test_a_shared_send_after_redis_lost_its_scripts_loads_them_and_runs_every_ca
     assert [redis_store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=60_000).kind for run in runs] == [
         "busy"
     ] * len(runs)  # each claimed once
+
+
+def test_pipelines_sent_together_give_each_caller_its_own_replies_or_its_own_error(
+    redis_store: RedisRunStore, store_namespace: str
+) -> None:
+    key = f"{store_namespace}:together"
+
+    def counts(pipe: redis.client.Pipeline) -> None:
+        pipe.incr(key)
+        pipe.incr(key)
+
+    def not_a_number(pipe: redis.client.Pipeline) -> None:
+        pipe.set(f"{key}:text", "x")
+        pipe.incr(f"{key}:text")
+
+    def breaks(pipe: redis.client.Pipeline) -> None:
+        raise ValueError("cannot fill")
+
+    replies = redis_store._scripts._execute_together([counts, not_a_number, breaks, counts])
+
+    assert replies[0] == [1, 2]
+    assert isinstance(replies[1], _Failed)
+    assert isinstance(replies[1].error, redis.ResponseError)
+    assert isinstance(replies[2], _Failed)
+    assert isinstance(replies[2].error, ValueError)
+    assert replies[3] == [3, 4]  # the others' commands went, in order
+    redis.Redis.from_url(REDIS_URL).delete(key, f"{key}:text")
+
+
+def test_threads_creating_runs_at_once_each_get_their_runs(redis_store: RedisRunStore, new_chord: NewChord) -> None:
+    runs = [[new_chord(1), new_chord(2)] for _ in range(8)]
+    start = threading.Barrier(len(runs))
+    created: dict[int, list[tuple[str, bool]]] = {}
+
+    def create(index: int) -> None:
+        start.wait(10)
+        created[index] = redis_store.create_runs(runs[index])
+
+    threads = [threading.Thread(target=create, args=(index,)) for index in range(len(runs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    assert created == {index: [(run.run_id, True) for run in pair] for index, pair in enumerate(runs)}
+    assert all(redis_store.run_state(run.run_id) is not None for pair in runs for run in pair)
+
+
+def trims() -> int:
+    stats = redis.Redis.from_url(REDIS_URL).info("commandstats")
+    return int(stats.get("cmdstat_zremrangebyscore", {}).get("calls", 0))
+
+
+def test_starts_trim_the_run_indexes_once_a_second_not_each_time(
+    redis_store: RedisRunStore, new_chord: NewChord
+) -> None:
+    before = trims()
+    redis_store.create_runs([new_chord(1)])
+    after_first = trims()
+    redis_store.create_runs([new_chord(1)])
+    after_second = trims()
+    redis_store._index._maintained = dict.fromkeys(redis_store._index._maintained, -1.0)  # a second later
+    redis_store.create_runs([new_chord(1)])
+
+    # Two indexes: every run's and its pipeline's.
+    assert (after_first - before, after_second - after_first, trims() - after_second) == (2, 0, 2)
