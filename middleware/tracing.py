@@ -25,7 +25,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware
 from opentelemetry import context, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from pipelines import naming
@@ -37,6 +37,9 @@ from pipelines.routing import route_of
 MAX_OPEN_PUBLISHES = 10_000
 #: Only W3C trace context travels with messages (no baggage): it is all a trace needs.
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: ``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``.
+_TRACEPARENT_LENGTH = 55
+_HEX = frozenset("0123456789abcdef")
 
 
 def _message_attributes(message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> dict[str, Any]:
@@ -74,6 +77,22 @@ def _process_attributes(queue: str, actor: str) -> dict[str, Any]:
         "messaging.rabbitmq.destination.routing_key": actor,
         "pipeline.actor": actor,
     }
+
+
+def _left_out_parent(carrier: dict[str, str]) -> context.Context | None:
+    """The trace context of a message whose run sampling left out, read without the propagator's regular
+    expressions (most messages of a busy queue are such); None for any other carrier, which the
+    propagator reads in full. Only the plain form: version 00, no trace state, flags 00."""
+    header = carrier.get("traceparent")
+    if not isinstance(header, str) or len(header) != _TRACEPARENT_LENGTH or len(carrier) != 1:
+        return None
+    version, trace_id, span_id, flags = header[:2], header[3:35], header[36:52], header[53:]
+    if (version, flags, header[2], header[35], header[52]) != ("00", "00", "-", "-", "-"):
+        return None
+    if not _HEX.issuperset(trace_id) or not _HEX.issuperset(span_id):
+        return None
+    caused_by = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(0))
+    return trace.set_span_in_context(NonRecordingSpan(caused_by)) if caused_by.is_valid else None
 
 
 @dataclass(frozen=True)
@@ -132,7 +151,8 @@ class Tracing(Middleware):
             span.end()
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        parent = _PROPAGATOR.extract(message.options.get(opt.TRACE) or {})
+        carrier = message.options.get(opt.TRACE) or {}
+        parent = _left_out_parent(carrier) or _PROPAGATOR.extract(carrier)
         caused_by = trace.get_current_span(parent).get_span_context()
         if caused_by.is_valid and not caused_by.trace_flags.sampled:
             # What it publishes stays in the run's trace, left out too (the parent's context is current).

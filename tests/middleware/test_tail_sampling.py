@@ -6,11 +6,13 @@ import time
 from typing import Any
 
 import dramatiq
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from pipelines import chain
+from pipelines.middleware.tracing import _left_out_parent
 from pipelines.tail_sampling import KEPT_ATTRIBUTE, KeepFailedAndSlow, RecordLeftOutProcessing, sampler_for
 from tests.middleware.test_tracing import TIMEOUT_S, AwaitedExporter, Traced
 
@@ -148,3 +150,22 @@ def test_only_processing_spans_of_runs_left_out_are_recorded() -> None:
     assert RecordLeftOutProcessing(1.0).should_sample(None, trace_id, "x", SpanKind.CONSUMER).decision is (
         Decision.RECORD_AND_SAMPLE
     )
+
+
+def test_only_the_plain_traceparent_of_a_run_left_out_is_read_without_the_propagator() -> None:
+    trace_id, span_id = "ab" * 16, "cd" * 8
+    left_out = _left_out_parent({"traceparent": f"00-{trace_id}-{span_id}-00"})
+
+    assert left_out is not None
+    caused_by = trace.get_current_span(left_out).get_span_context()
+    assert (caused_by.trace_id, caused_by.span_id, caused_by.is_remote) == (int(trace_id, 16), int(span_id, 16), True)
+    assert not caused_by.trace_flags.sampled
+    for other in (
+        {"traceparent": f"00-{trace_id}-{span_id}-01"},  # sampled
+        {"traceparent": f"00-{trace_id}-{span_id}-00", "tracestate": "vendor=1"},  # state to carry on
+        {"traceparent": f"00-{'0' * 32}-{span_id}-00"},  # invalid trace id
+        {"traceparent": f"00-{trace_id.upper()}-{span_id}-00"},  # not lower-case hex
+        {"traceparent": f"00-{trace_id[:-1]}_-{span_id}-00"},
+        {},
+    ):
+        assert _left_out_parent(other) is None, other
