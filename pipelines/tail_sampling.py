@@ -121,7 +121,8 @@ def _exported_copy(span: ReadableSpan, reason: str) -> ReadableSpan:
 
 
 def sampler_for(ratio: float, *, keeps_tail: bool) -> Sampler:
-    """The run-level ratio sampler, recording left-out processing spans when some of them may be kept."""
-    if keeps_tail and ratio < 1.0:
+    """The run-level ratio sampler, recording left-out processing spans when some of them may be kept
+    (also at a ratio of 1: messages may come from producers that sample less)."""
+    if keeps_tail:
         return RecordLeftOutProcessing(ratio)
     return ParentBased(TraceIdRatioBased(ratio))

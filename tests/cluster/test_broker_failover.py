@@ -43,6 +43,13 @@ SETTLE_S = 60.0
 CLUSTER_S = 90.0
 #: Workers started at most to get one whose consumer is on the leaders' node (each has a third's chance).
 WORKER_STARTS = 12
+#: ``PIPELINES_TEST_FAILOVER_LOAD=full`` runs the kill-and-stop test with four times the work (about 6
+#: minutes: run it on its own, ``make test-failover-full``; the suite runs the smaller load).
+FULL_LOAD = os.environ.get("PIPELINES_TEST_FAILOVER_LOAD") == "full"
+KILL_AND_STOP_LOAD = (
+    Load(keyed=2000, chains=300, chords=50, width=20) if FULL_LOAD else Load(keyed=500, chains=100, chords=10, width=10)
+)
+KILL_AND_STOP_SPAN_S = 150.0 if FULL_LOAD else 60.0
 
 
 @pytest.fixture
@@ -165,7 +172,7 @@ class Scenario:
 
     def finish(self) -> str:
         """Assert that nothing was lost, applied twice or left running; returns the figures."""
-        self.producer.wait(CLUSTER_S)
+        self.producer.wait(CLUSTER_S + self.producer.span_s)
         states = wait_for_runs(self.producer.runs, SETTLE_S)
         runs = {run.id: run for run in self.producer.runs}
 
@@ -199,12 +206,12 @@ class Scenario:
 
 
 # Each test's own part takes about a minute; the first one also waits for the cluster to start.
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600 if FULL_LOAD else 240)
 def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node_stopped(
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
 ) -> None:
-    load = Load(keyed=500, chains=100, chords=10, width=10)
-    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=60.0)
+    load = KILL_AND_STOP_LOAD
+    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=KILL_AND_STOP_SPAN_S)
     try:
         scenario.progressed(100)
         replicas = {q["name"]: len(q["members"]) for q in rabbit_cluster.quorum_queues()}

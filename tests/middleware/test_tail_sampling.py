@@ -105,6 +105,8 @@ def test_keeping_off_passes_on_the_sampled_spans_only() -> None:
 
     assert collected.spans == [sampled]
     assert isinstance(sampler_for(0.0, keeps_tail=False), ParentBased)  # nothing left out is even recorded
+    # A worker tracing every run still keeps the failures of runs that a producer's sampling left out.
+    assert isinstance(sampler_for(1.0, keeps_tail=True), RecordLeftOutProcessing)
 
 
 def test_a_kept_span_is_passed_on_as_sampled_with_why() -> None:
