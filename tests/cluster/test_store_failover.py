@@ -37,7 +37,7 @@ from fail_closed_support import POSTGRES_URL, Effects  # noqa: E402  (found on t
 
 pytestmark = pytest.mark.cluster
 
-CHAINS = 60
+CHAINS = 300
 STEPS = 3
 TIMEOUT_S = 150
 
