@@ -131,10 +131,10 @@ class Tracing(Middleware):
         destination = f"{exchange}:{route.routing_key}"
         current = trace.get_current_span().get_span_context()
         parent = None if current.is_valid else _PROPAGATOR.extract(message.options.get(opt.TRACE) or {})
-        attributes = {**_publish_attributes(destination, route.routing_key), **_message_attributes(message)}
-        span = self.tracer.start_span(
-            f"publish {destination}", context=parent, kind=SpanKind.PRODUCER, attributes=attributes
-        )
+        span = self.tracer.start_span(f"publish {destination}", context=parent, kind=SpanKind.PRODUCER)
+        if span.is_recording():  # most publishes of a sampled-down app are not: no attributes to build
+            span.set_attributes(_publish_attributes(destination, route.routing_key))
+            span.set_attributes(_message_attributes(message))
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         message.options[opt.TRACE] = carrier
