@@ -147,8 +147,10 @@ class Scenario:
         return sum(self.executions.counts().values())
 
     def progressed(self, by: int, timeout_s: float = CLUSTER_S) -> None:
-        """Wait until ``by`` more executions are recorded (work goes on)."""
-        target = self.executed() + by
+        """Wait until ``by`` more executions are recorded (work goes on), or every execution of the load:
+        a producer held up by a fault publishes what it owes at once, and the worker may finish it all
+        before this is called."""
+        target = min(self.executed() + by, self.load.executions)
         try:
             wait_for(lambda: self.executed() >= target, f"{by} more executions", timeout_s, interval_s=0.2)
         except TimeoutError:
@@ -250,10 +252,8 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
 
 @pytest.mark.xfail(
     run=False,
-    reason="not reliable yet: after the cut-off node pauses, progress sometimes stops for 90 s although the "
-    "worker has reconnected to the majority and every queue of the namespace is empty (whether the producer "
-    "had finished or stopped is what the failure now says); the cluster also sometimes takes over 90 s to "
-    "serve again after the heal. Run it with --runxfail while that is investigated",
+    reason="not reliable yet: the cut-off node has sometimes taken over 90 s to serve again after the heal "
+    "(RabbitMQ 3.10 on one machine). Run it with --runxfail while that is investigated",
 )
 @pytest.mark.timeout(240)
 def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_it_heals(
