@@ -215,8 +215,9 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
         scenario.progressed(100)
         replicas = {q["name"]: len(q["members"]) for q in rabbit_cluster.quorum_queues()}
         assert {n for q, n in replicas.items() if q.startswith(f"{cluster_app.settings.namespace}.")} == {3}
-        victim = scenario.leaders
-        assert rabbit_cluster.busiest_node() is victim
+        # The node holding the most leaders now: an election under load can move some off the node that
+        # declared them (and holds the worker's consumer) before the fault.
+        victim = rabbit_cluster.busiest_node()
         survivor = next(node for node in rabbit_cluster.nodes if node is not victim)
         leaders = rabbit_cluster.leader_counts()[victim.name]
         namespace = cluster_app.settings.namespace
@@ -263,8 +264,7 @@ def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_i
     scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=40.0)
     try:
         scenario.progressed(30)
-        cut = scenario.leaders
-        assert rabbit_cluster.busiest_node() is cut
+        cut = rabbit_cluster.busiest_node()  # as for the kill: the node holding the most leaders now
         majority = next(node for node in rabbit_cluster.nodes if node is not cut)
         leaders = rabbit_cluster.leader_counts()[cut.name]
         consumers_cut = consumers_by_node(rabbit_cluster, cluster_app.settings.namespace, majority)[cut.name]
