@@ -32,6 +32,7 @@ from pipelines import naming
 from pipelines import options as opt
 from pipelines.plan import StepAddress
 from pipelines.routing import route_of
+from pipelines.tail_sampling import TailKeeping
 
 #: Publishes whose span was started but not ended (their publish raised) kept at most, per thread.
 MAX_OPEN_PUBLISHES = 10_000
@@ -110,13 +111,10 @@ class Tracing(Middleware):
     #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
     fails_open = True
 
-    def __init__(
-        self, *, tracer: trace.Tracer, namespace: str, keep_failed: bool = False, keep_slower_than_s: float = 0
-    ) -> None:
+    def __init__(self, *, tracer: trace.Tracer, namespace: str, keeping: TailKeeping | None = None) -> None:
         self.tracer = tracer
         self.namespace = namespace
-        self.keep_failed = keep_failed
-        self.keep_slower_than_ns = int(keep_slower_than_s * 1e9) if keep_slower_than_s > 0 else None
+        self.keeping = keeping or TailKeeping(keep_failed=False, slower_than_s=0)
         self._local = threading.local()
 
     def _publishing(self) -> dict[int, trace.Span]:
@@ -183,12 +181,6 @@ class Tracing(Middleware):
             start_time=start_time,
         )
 
-    def _kept(self, left_out: _LeftOut, exception: BaseException | None) -> bool:
-        if exception is not None and self.keep_failed:
-            return True
-        slower_than = self.keep_slower_than_ns
-        return slower_than is not None and time.time_ns() - left_out.started_ns >= slower_than
-
     def _end(
         self, message: dramatiq.broker.MessageProxy, exception: BaseException | None, *, skipped: bool = False
     ) -> None:
@@ -198,7 +190,8 @@ class Tracing(Middleware):
         self._local.processing = None
         if isinstance(opened, _LeftOut):
             context.detach(opened.token)  # type: ignore[arg-type]
-            if not self._kept(opened, exception):
+            took_ns = time.time_ns() - opened.started_ns
+            if self.keeping.reason(failed=exception is not None, took_ns=took_ns) is None:
                 return
             span = self._start_processing(message, opened.parent, start_time=opened.started_ns)
             token = None

@@ -34,6 +34,7 @@ from pipelines.rate_limits import RateLimiter, slot_grace_ms
 from pipelines.runtime import Runtime
 from pipelines.schedules import SCHEDULE_SKIP_DELAY_S
 from pipelines.store import RunStore
+from pipelines.telemetry import tail_keeping
 
 __all__ = ["build_middleware"]
 
@@ -82,15 +83,8 @@ def build_middleware(
     system_timeout_s = min(SYSTEM_ACTOR_TIMEOUT_S, settings.broker.consumer_timeout_s)
     schedules = Schedules(store=store, grace_s=settings.profiles.scheduled_grace_s, system_timeout_s=system_timeout_s)
     if tracer is not None:
-        telemetry = settings.telemetry
-        observing.append(
-            Tracing(
-                tracer=tracer,
-                namespace=settings.namespace,
-                keep_failed=telemetry.keep_failed,
-                keep_slower_than_s=telemetry.keep_slower_than_s,
-            )
-        )
+        keeping = tail_keeping(settings.telemetry)
+        observing.append(Tracing(tracer=tracer, namespace=settings.namespace, keeping=keeping))
     if settings.metrics.enabled:
         metrics = Metrics(config=settings.metrics, namespace=settings.namespace, serve=serve_metrics)
         runtime.listeners.append(metrics)

@@ -13,6 +13,7 @@ run, export everything (``sample_ratio = 1.0``) to an OpenTelemetry Collector wi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -59,13 +60,33 @@ class RecordLeftOutProcessing(Sampler):
         return f"RecordLeftOutProcessing{{{self.head.get_description()}}}"  # type: ignore[no-untyped-call]
 
 
-class KeepFailedAndSlow(SpanProcessor):
-    """Passes sampled spans to ``export``, and recorded-only ones too when they failed or were slow."""
+@dataclass(frozen=True)
+class TailKeeping:
+    """Which spans of runs left out by sampling are kept: the failed ones, the slow ones (the one rule
+    that the tracing middleware and ``KeepFailedAndSlow`` both apply)."""
 
-    def __init__(self, export: SpanProcessor, *, keep_failed: bool, slower_than_s: float) -> None:
+    keep_failed: bool
+    slower_than_s: float
+
+    @property
+    def keeps_any(self) -> bool:
+        return self.keep_failed or self.slower_than_s > 0
+
+    def reason(self, *, failed: bool, took_ns: int) -> str | None:
+        """Why a span that ``failed`` (or not) and took ``took_ns`` is kept ("failed", "slow"), or None."""
+        if failed and self.keep_failed:
+            return "failed"
+        if self.slower_than_s > 0 and took_ns >= self.slower_than_s * 1e9:
+            return "slow"
+        return None
+
+
+class KeepFailedAndSlow(SpanProcessor):
+    """Passes sampled spans to ``export``, and recorded-only ones too when ``keeping`` keeps them."""
+
+    def __init__(self, export: SpanProcessor, keeping: TailKeeping) -> None:
         self.export = export
-        self.keep_failed = keep_failed
-        self.slower_than_ns = int(slower_than_s * 1e9) if slower_than_s > 0 else None
+        self.keeping = keeping
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
         self.export.on_start(span, parent_context=parent_context)
@@ -79,12 +100,8 @@ class KeepFailedAndSlow(SpanProcessor):
             self.export.on_end(_exported_copy(span, reason))
 
     def reason_to_keep(self, span: ReadableSpan) -> str | None:
-        if self.keep_failed and span.status.status_code is StatusCode.ERROR:
-            return "failed"
-        took = (span.end_time or 0) - (span.start_time or 0)
-        if self.slower_than_ns is not None and took >= self.slower_than_ns:
-            return "slow"
-        return None
+        failed = span.status.status_code is StatusCode.ERROR
+        return self.keeping.reason(failed=failed, took_ns=(span.end_time or 0) - (span.start_time or 0))
 
     def shutdown(self) -> None:
         self.export.shutdown()

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from pipelines.config import TelemetryConfig
 from pipelines.errors import ConfigError
-from pipelines.tail_sampling import KeepFailedAndSlow, sampler_for
+from pipelines.tail_sampling import KeepFailedAndSlow, TailKeeping, sampler_for
 
 #: Instrumentation name of the tracer.
 TRACER_NAME = "rabbit-pipelines"
@@ -46,13 +46,15 @@ def make_tracer_provider(config: TelemetryConfig, *, exporter: SpanExporter | No
     """A tracer provider exporting in batches to ``config.endpoint`` (or to ``exporter``): the sampled
     share of runs, and every failed or slow step of the others (see ``pipelines.tail_sampling``)."""
     resource = Resource.create({"service.name": config.service_name, **config.resource_attributes})
-    keeps_tail = config.keep_failed or config.keep_slower_than_s > 0
-    provider = TracerProvider(resource=resource, sampler=sampler_for(config.sample_ratio, keeps_tail=keeps_tail))
-    batches = BatchSpanProcessor(exporter or make_exporter(config))
-    provider.add_span_processor(
-        KeepFailedAndSlow(batches, keep_failed=config.keep_failed, slower_than_s=config.keep_slower_than_s)
-    )
+    keeping = tail_keeping(config)
+    provider = TracerProvider(resource=resource, sampler=sampler_for(config.sample_ratio, keeps_tail=keeping.keeps_any))
+    provider.add_span_processor(KeepFailedAndSlow(BatchSpanProcessor(exporter or make_exporter(config)), keeping))
     return provider
+
+
+def tail_keeping(config: TelemetryConfig) -> TailKeeping:
+    """The spans of runs left out by sampling that ``config`` keeps."""
+    return TailKeeping(keep_failed=config.keep_failed, slower_than_s=config.keep_slower_than_s)
 
 
 def install(provider: TracerProvider) -> trace.Tracer:

@@ -29,7 +29,9 @@ def test_the_metrics_process_reads_its_settings_without_loading_the_middleware_o
     loaded = _loaded_after(
         "import os\n"
         f"os.environ.update(PIPELINES_STORE__URL={REDIS_URL!r}, PIPELINES_METRICS__ENABLED='true')\n"
-        "from pipelines.exposition import load_settings, without_client_checks\n"
+        "import pipelines.exposition\n"
+        "from pipelines.config import load_settings\n"
+        "from pipelines.config_urls import without_client_checks\n"
         "with without_client_checks():\n"
         "    settings = load_settings()\n"
         "assert settings.metrics.enabled"
@@ -44,7 +46,8 @@ def test_the_store_url_is_still_checked_by_its_syntax_without_client_checks() ->
         [
             sys.executable,
             "-c",
-            "from pipelines.exposition import load_settings, without_client_checks\n"
+            "from pipelines.config import load_settings\n"
+            "from pipelines.config_urls import without_client_checks\n"
             "with without_client_checks():\n"
             "    load_settings()",
         ],

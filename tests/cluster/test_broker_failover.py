@@ -137,6 +137,9 @@ class Scenario:
             except TimeoutError:
                 stop_worker(worker)
                 raise AssertionError(f"the worker did not consume; its log:\n{self.tail()}") from None
+            except BaseException:  # interrupted (Ctrl-C): no test owns this worker yet, so stop it here
+                stop_worker(worker)
+                raise
             if consumers_by_node(self.cluster, namespace, node)[node.name]:
                 return worker
             stop_worker(worker)

@@ -13,7 +13,13 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from pipelines import chain
 from pipelines.middleware.tracing import _left_out_parent
-from pipelines.tail_sampling import KEPT_ATTRIBUTE, KeepFailedAndSlow, RecordLeftOutProcessing, sampler_for
+from pipelines.tail_sampling import (
+    KEPT_ATTRIBUTE,
+    KeepFailedAndSlow,
+    RecordLeftOutProcessing,
+    TailKeeping,
+    sampler_for,
+)
 from tests.middleware.test_tracing import TIMEOUT_S, AwaitedExporter, Traced
 
 NONE_SAMPLED = {"enabled": True, "sample_ratio": 0.0}
@@ -22,6 +28,14 @@ NONE_SAMPLED = {"enabled": True, "sample_ratio": 0.0}
 def traced(make_app: Any, **telemetry: Any) -> Traced:
     exporter = AwaitedExporter()
     return Traced(make_app(telemetry={**NONE_SAMPLED, **telemetry}, span_exporter=exporter), exporter)
+
+
+def working(make_app: Any, start_worker: Any, **telemetry: Any) -> tuple[Traced, dict[str, Any]]:
+    """A traced app with this module's actors, and a worker running them."""
+    t = traced(make_app, **telemetry)
+    actors = declare(t.app)
+    start_worker(t.app)
+    return t, actors
 
 
 def declare(app: Any) -> dict[str, Any]:
@@ -42,9 +56,7 @@ def declare(app: Any) -> dict[str, Any]:
 
 
 def test_a_failed_step_of_a_run_left_out_is_exported_alone_in_the_runs_trace(make_app: Any, start_worker: Any) -> None:
-    t = traced(make_app)
-    a = declare(t.app)
-    start_worker(t.app)
+    t, a = working(make_app, start_worker)
 
     run = t.app.start(chain(a["add"], a["refuse"], a["add"]), args=(1,))
     assert run.wait(TIMEOUT_S).state == "failed"
@@ -61,9 +73,7 @@ def test_a_failed_step_of_a_run_left_out_is_exported_alone_in_the_runs_trace(mak
 
 
 def test_a_slow_step_is_kept_and_a_quick_one_is_not(make_app: Any, start_worker: Any) -> None:
-    t = traced(make_app, keep_slower_than_s=0.2)
-    a = declare(t.app)
-    start_worker(t.app)
+    t, a = working(make_app, start_worker, keep_slower_than_s=0.2)
 
     run = t.app.start(chain(a["add"], a["linger"]), args=(1,))
     assert run.result(timeout_s=TIMEOUT_S) == 2
@@ -97,7 +107,7 @@ def ended_span(*, sampled: bool, failed: bool, took_s: float) -> ReadableSpan:
 
 def test_keeping_off_passes_on_the_sampled_spans_only() -> None:
     collected = Collected()
-    keeper = KeepFailedAndSlow(collected, keep_failed=False, slower_than_s=0)
+    keeper = KeepFailedAndSlow(collected, TailKeeping(keep_failed=False, slower_than_s=0))
     sampled = ended_span(sampled=True, failed=False, took_s=0.1)
 
     for span in (sampled, ended_span(sampled=False, failed=True, took_s=60)):
@@ -111,7 +121,7 @@ def test_keeping_off_passes_on_the_sampled_spans_only() -> None:
 
 def test_a_kept_span_is_passed_on_as_sampled_with_why() -> None:
     collected = Collected()
-    keeper = KeepFailedAndSlow(collected, keep_failed=True, slower_than_s=5)
+    keeper = KeepFailedAndSlow(collected, TailKeeping(keep_failed=True, slower_than_s=5))
 
     for span in (
         ended_span(sampled=False, failed=True, took_s=0.1),
@@ -128,9 +138,7 @@ def test_a_kept_span_is_passed_on_as_sampled_with_why() -> None:
 
 
 def test_sampled_runs_are_exported_whole_with_keeping_on(make_app: Any, start_worker: Any) -> None:
-    t = traced(make_app, sample_ratio=1.0)
-    a = declare(t.app)
-    start_worker(t.app)
+    t, a = working(make_app, start_worker, sample_ratio=1.0)
 
     run = t.app.start(chain(a["add"], a["add"]), args=(1,))
     assert run.result(timeout_s=TIMEOUT_S) == 3
