@@ -9,7 +9,7 @@ import uuid
 import pika
 import redis
 
-from tests.conftest import AMQP_URL, REDIS_URL
+from tests.backends import AMQP_URL, REDIS_URL
 from tests.housekeeping import (
     REGISTRY,
     RUN_STARTED_S,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AMQP_URL, REDIS_URL
+from tests.backends import AMQP_URL, REDIS_URL
 from tests.housekeeping import start_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ from pipelines.app import build_app
 from pipelines.config import Settings
 from pipelines.naming import run_key
 from pipelines.store import RedisRunStore
-from tests.conftest import AMQP_URL, TEST_DELAY_TIERS_S
+from tests.backends import AMQP_URL, TEST_DELAY_TIERS_S
 from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 HELPERS = Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"

@@ -1,7 +1,7 @@
 """Fixtures of the fail-closed suite: apps on the real RabbitMQ and Redis, a ledger of what became of each
 delivery, raw publishing, and a PostgreSQL table that counts effects (helpers in ``fail_closed_support``).
 
-Every test here runs against the real services only (``backend`` is always ``rabbitmq``).
+Every test here runs against the real services only (``backend`` is always RabbitMQ with Redis).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.app import App
+from tests.backends import Backend, paired
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the helpers, by name (as tests/cluster does)
 
@@ -22,9 +23,9 @@ from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 
 
 @pytest.fixture
-def backend(services: None) -> str:
+def backend(services: None) -> Backend:
     """This suite is about the real consumer and the real store: RabbitMQ and Redis only."""
-    return "rabbitmq"
+    return paired("rabbitmq")
 
 
 @pytest.fixture

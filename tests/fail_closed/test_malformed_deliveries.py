@@ -15,6 +15,7 @@ import pytest
 from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher, body, dead_letters_by_id, declare_sink
 
 from pipelines.app import App
+from tests.fixtures import MakeApp, StartWorker
 
 #: Longest the corpus may take to settle, in seconds (the old consumer needed minutes: FC_SETTLE_S=120).
 SETTLE_S = float(os.environ.get("FC_SETTLE_S", "30"))
@@ -62,8 +63,8 @@ CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
 
 @pytest.mark.timeout(SETTLE_S + 60)
 def test_each_malformed_delivery_is_dead_lettered_once_and_valid_messages_around_it_run_once(
-    make_app: Any,
-    start_worker: Any,
+    make_app: MakeApp,
+    start_worker: StartWorker,
     ledger: Callable[[App], Ledger],
     raw_publisher: RawPublisher,
     consumer_restarts: ConsumerRestarts,

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from fault_scenario import Fault
 
 from pipelines import step
 
@@ -27,7 +28,7 @@ def collapse(sequence: list[int]) -> list[int]:
     return [value for i, value in enumerate(sequence) if i == 0 or value != sequence[i - 1]]
 
 
-def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Any) -> None:
+def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Fault) -> None:
     timeline = fault.actors["timeline"]
     per_key = EVENTS // KEYS
     messages = [timeline.message(f"user{k}", seq) for seq in range(per_key) for k in range(KEYS)]
@@ -40,7 +41,7 @@ def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Any
 
     for kill in range(1, KILLS + 1):
         share = kill * EVENTS // (KILLS + 2)
-        fault.wait_until(lambda share=share: applied() >= share, "progress")
+        fault.wait_count(applied, share, "progress")
         fault.workers.kill()
         fault.workers.start()
     fault.wait_until(lambda: applied() == EVENTS, "every event applied")
@@ -58,7 +59,7 @@ def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Any
     assert fault.app.dead_letters.list() == []
 
 
-def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(fault: Any) -> None:
+def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(fault: Fault) -> None:
     transcode = fault.actors["transcode"]
     run = fault.app.start(step(transcode, "movie", 3.0))
     fault.workers.start()
@@ -84,7 +85,7 @@ def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(faul
     assert fault.app.dead_letters.list() == []
 
 
-def test_two_schedulers_fire_each_tick_once(fault: Any) -> None:
+def test_two_schedulers_fire_each_tick_once(fault: Fault) -> None:
     fault.workers.start(module="sched_worker")
     command = [str(Path(sys.executable).parent / "periodiq"), "sched_worker", "--path", str(FAULTS)]
     with fault.log.open("ab") as log:

@@ -10,7 +10,9 @@ from typing import Any
 import dramatiq
 import pytest
 
+from pipelines.app import App
 from pipelines.errors import InvalidActorOption
+from tests.fixtures import MakeApp, Observe, Observer, StartWorker
 
 TIMEOUT_S = 30
 
@@ -33,7 +35,7 @@ class Calls:
             return list(self.calls)
 
 
-def with_callback(make_app: Any, observe: Any, name: str) -> tuple[Any, Any, Calls]:
+def with_callback(make_app: MakeApp, observe: Observe, name: str) -> tuple[App, Observer, Calls]:
     """An app, its observer, and the calls an actor named ``name`` (a callback target) receives."""
     app = make_app()
     calls = Calls()
@@ -42,7 +44,7 @@ def with_callback(make_app: Any, observe: Any, name: str) -> tuple[Any, Any, Cal
 
 
 def test_on_failure_sees_the_retry_count_dramatiq_gives_it_up_to_max_retries_plus_one(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app, observer, failures = with_callback(make_app, observe, "report_failure")
     before_ms = int(time.time() * 1000)
@@ -64,7 +66,7 @@ def test_on_failure_sees_the_retry_count_dramatiq_gives_it_up_to_max_retries_plu
 
 
 def test_a_message_whose_retries_are_exhausted_is_sent_to_its_on_retry_exhausted_actor(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app, observer, exhausted = with_callback(make_app, observe, "retries_spent")
 
@@ -83,7 +85,7 @@ def test_a_message_whose_retries_are_exhausted_is_sent_to_its_on_retry_exhausted
 
 
 def test_on_retry_exhausted_given_on_a_message_and_refused_errors_are_not_reported(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app, observer, exhausted = with_callback(make_app, observe, "retries_spent")
 
@@ -101,7 +103,7 @@ def test_on_retry_exhausted_given_on_a_message_and_refused_errors_are_not_report
 
 
 def test_zero_backoffs_are_accepted_and_retry_at_the_shortest_delay(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -127,7 +129,7 @@ def test_zero_backoffs_are_accepted_and_retry_at_the_shortest_delay(
         ({"max_backoff": -5}, "max_backoff=-5 must be a whole number >= 0"),
     ],
 )
-def test_bad_retry_options_are_refused_at_declaration(make_app: Any, options: dict[str, Any], error: str) -> None:
+def test_bad_retry_options_are_refused_at_declaration(make_app: MakeApp, options: dict[str, Any], error: str) -> None:
     app = make_app()
     with pytest.raises(InvalidActorOption, match=re.escape(error)):
         dramatiq.actor(actor_name="misconfigured", broker=app.broker, **options)(lambda: None)
@@ -137,7 +139,7 @@ def test_bad_retry_options_are_refused_at_declaration(make_app: Any, options: di
     "profile", [{"profile": "ordered", "ordering_key": "user"}, {}], ids=["ordered-in-place", "guaranteed-delayed"]
 )
 def test_a_message_failing_every_time_runs_max_retries_plus_one_times_whatever_its_retry_path(
-    make_app: Any, start_worker: Any, observe: Any, profile: dict[str, Any]
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, profile: dict[str, Any]
 ) -> None:
     app = make_app(retries={"min_backoff_s": 0.01, "max_backoff_s": 0.02})
     observer = observe(app)

@@ -10,6 +10,8 @@ import dramatiq
 import pytest
 
 from pipelines.errors import DefinitionError
+from tests.backends import only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 #: Dramatiq's documented actor options (its default middleware), each with a value it takes.
 DRAMATIQ_ACTOR_OPTIONS: dict[str, Any] = {
@@ -30,7 +32,9 @@ DRAMATIQ_ACTOR_OPTIONS: dict[str, Any] = {
 
 
 @pytest.mark.parametrize(("name", "value"), DRAMATIQ_ACTOR_OPTIONS.items(), ids=list(DRAMATIQ_ACTOR_OPTIONS))
-def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(make_app: Any, name: str, value: Any) -> None:
+def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(
+    make_app: MakeApp, name: str, value: Any
+) -> None:
     app = make_app()
 
     actor = dramatiq.actor(actor_name="optioned", queue_name="custom", broker=app.broker, **{name: value})(lambda: None)
@@ -38,14 +42,14 @@ def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(make_a
     assert (actor.priority if name == "priority" else actor.options[name]) == value
 
 
-def test_broker_priority_is_refused_on_an_actor_with_what_to_use_instead(make_app: Any) -> None:
+def test_broker_priority_is_refused_on_an_actor_with_what_to_use_instead(make_app: MakeApp) -> None:
     app = make_app()
 
     with pytest.raises(DefinitionError, match=r"Actor 'urgent': broker_priority=5 is not supported.*HIGH_PRIORITY"):
         dramatiq.actor(actor_name="urgent", broker=app.broker, broker_priority=5)(lambda: None)
 
 
-def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: Any) -> None:
+def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: MakeApp) -> None:
     app = make_app()
     urgent = dramatiq.actor(actor_name="urgent", broker=app.broker)(lambda n: None)
 
@@ -54,7 +58,7 @@ def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: Any
 
 
 def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_in_dramatiq(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -81,9 +85,9 @@ def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_i
     assert seen == [("double", 3), ("record", (6,)), ("record", ("alone",))]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_a_worker_booting_after_set_encoder_says_the_encoder_is_not_used(
-    make_app: Any, start_worker: Any, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, start_worker: StartWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app()
     dramatiq.actor(actor_name="plain", broker=app.broker)(lambda: None)

@@ -13,6 +13,7 @@ import pytest
 
 from pipelines import chain, for_each
 from pipelines.app import App
+from tests.fixtures import MakeApp
 
 
 def _declare(app: App) -> dramatiq.Actor[Any, Any]:
@@ -24,7 +25,7 @@ def _declare(app: App) -> dramatiq.Actor[Any, Any]:
 
 
 def test_ctrl_c_mid_publish_fails_the_run_with_the_reason_and_the_id_was_handed_out_first(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     inc = _declare(app)
@@ -50,7 +51,7 @@ def test_ctrl_c_mid_publish_fails_the_run_with_the_reason_and_the_id_was_handed_
 
 
 def test_ctrl_c_right_after_the_store_recorded_the_run_fails_it_too(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     inc = _declare(app)
@@ -69,7 +70,7 @@ def test_ctrl_c_right_after_the_store_recorded_the_run_fails_it_too(
 
 
 def test_a_publish_error_other_than_the_brokers_own_also_fails_the_run(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     inc = _declare(app)

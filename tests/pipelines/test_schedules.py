@@ -15,6 +15,7 @@ from periodiq import cron
 from pipelines import step
 from pipelines.middleware.schedules import CHECK, Schedules
 from pipelines.schedules import current_tick, tick_of, ticks_between
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 MINUTE_MS = 60_000
 #: A day in the past the tests' clock travels to (periodiq, the scheduler and the check read pendulum's).
@@ -40,7 +41,9 @@ def test_a_tick_is_the_latest_cron_time_at_or_before_its_stamp() -> None:
     assert [(t - start) // MINUTE_MS for t in every_10] == [10, 20, 30, 40, 50, 60]
 
 
-def test_two_schedulers_sending_the_same_tick_run_the_job_once(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_two_schedulers_sending_the_same_tick_run_the_job_once(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     ran: list[int | None] = []
@@ -60,7 +63,9 @@ def test_two_schedulers_sending_the_same_tick_run_the_job_once(make_app: Any, st
     assert app.store.tick_claims("cleanup", tick_of(str(now))) == 2
 
 
-def test_a_scheduled_pipeline_starts_one_run_per_tick(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_scheduled_pipeline_starts_one_run_per_tick(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
 
@@ -118,7 +123,7 @@ def scheduled_actors(app: Any) -> list[dramatiq.Actor[Any, Any]]:
 
 
 def test_a_scheduler_started_late_in_a_matching_minute_runs_the_tick_once(
-    make_app: Any, start_worker: Any, observe: Any, clock: Clock
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, clock: Clock
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -146,7 +151,14 @@ def test_a_scheduler_started_late_in_a_matching_minute_runs_the_tick_once(
 @pytest.mark.parametrize("first", ["tick", "check"])
 @pytest.mark.parametrize("missed", ["skip", "catch_up"])
 def test_an_outage_of_three_ticks_counts_three_missed_whatever_comes_first(
-    *, make_app: Any, start_worker: Any, observe: Any, clock: Clock, caplog: Any, missed: str, first: str
+    *,
+    make_app: MakeApp,
+    start_worker: StartWorker,
+    observe: Observe,
+    clock: Clock,
+    caplog: Any,
+    missed: str,
+    first: str,
 ) -> None:
     app = make_app()
     observer = observe(app)
