@@ -1,7 +1,8 @@
 """Fixtures of the fail-closed suite: apps on the real RabbitMQ and Redis, a ledger of what became of each
 delivery, raw publishing, and a PostgreSQL table that counts effects (helpers in ``fail_closed_support``).
 
-Every test here runs against the real services only (``backend`` is always ``rabbitmq``).
+Every test here runs against the real services (``backend`` is ``rabbitmq``), unless it asks for the
+embedded broker too (``@pytest.mark.parametrize("backend", ["memory", "rabbitmq"], indirect=True)``).
 """
 
 from __future__ import annotations
@@ -17,14 +18,19 @@ import pytest
 from pipelines.app import App
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the helpers, by name (as tests/cluster does)
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "faults"))  # and the fault suite's TCP proxy
 
 from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 
 
 @pytest.fixture
-def backend(services: None) -> str:
-    """This suite is about the real consumer and the real store: RabbitMQ and Redis only."""
-    return "rabbitmq"
+def backend(request: pytest.FixtureRequest) -> str:
+    """This suite is about the real consumer and the real store: RabbitMQ and Redis, unless the test is
+    parametrized with the embedded broker too."""
+    chosen = str(getattr(request, "param", "rabbitmq"))
+    if chosen == "rabbitmq":
+        request.getfixturevalue("services")
+    return chosen
 
 
 @pytest.fixture
