@@ -1,11 +1,12 @@
 """Fixtures shared by the whole suite.
 
-Integration tests run against the real RabbitMQ and Redis (URLs from ``PIPELINES_TEST_AMQP_URL`` and
-``PIPELINES_TEST_REDIS_URL``, loopback by default), each test in a namespace of its own that is
-deleted afterwards (``tests/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
-first time a test needs the services; ``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl``
-when it is not the one on the PATH). Behaviour tests take the ``backend`` parameter and run on both the embedded
-(memory) and the real services.
+Integration tests run against the real RabbitMQ, Redis and PostgreSQL (URLs from
+``PIPELINES_TEST_AMQP_URL``, ``PIPELINES_TEST_REDIS_URL`` and ``PIPELINES_TEST_POSTGRES_URL``, loopback
+by default), each test in a namespace of its own that is deleted afterwards (``tests/housekeeping.py``:
+a run also deletes what interrupted earlier runs left, the first time a test needs the services;
+``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl`` when it is not the one on the PATH).
+Behaviour tests take the ``backend`` parameter and run on both the embedded (memory) and the real
+services.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 import dramatiq
 import pika
+import psycopg
 import pytest
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -33,6 +35,9 @@ from tests.housekeeping import delete_stale_namespaces, fresh_namespace, listed,
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: Where the fail-closed tests count effects (a table of their own each, dropped afterwards).
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
 
 
 def _answers(url: str) -> bool:
@@ -44,15 +49,27 @@ def _answers(url: str) -> bool:
     return True
 
 
+def _postgres_problem() -> str | None:
+    """Why the tests' PostgreSQL database cannot be used, or None."""
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=5).close()
+    except psycopg.Error as e:
+        return str(e).strip().splitlines()[0]
+    return None
+
+
 @pytest.fixture(scope="session")
 def services() -> None:
-    """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing; then
-    clear what interrupted earlier runs left: their processes and their namespaces."""
+    """Fail (never skip) when RabbitMQ, Redis or PostgreSQL does not answer, naming the one that is
+    missing; then clear what interrupted earlier runs left: their processes and their namespaces."""
     missing = [name for name, url in (("RabbitMQ", AMQP_URL), ("Redis", REDIS_URL)) if not _answers(url)]
+    postgres = _postgres_problem()
+    if postgres is not None:
+        missing.append(f"PostgreSQL ({postgres})")
     if missing:
         pytest.fail(
-            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}). "
-            "Run `make services` or `docker compose up -d rabbitmq redis`.",
+            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}, "
+            f"{POSTGRES_URL.split('@')[-1]}). Run `make services` or `docker compose up -d rabbitmq redis postgres`.",
             pytrace=False,
         )
     stop_leftover_processes()

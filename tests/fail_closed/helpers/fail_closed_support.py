@@ -5,7 +5,6 @@ consumer restarts, raw publishing, and a PostgreSQL table that counts effects.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -20,9 +19,10 @@ import psycopg
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.outcome import outcome_of
+from tests import conftest
 
-AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
-POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+AMQP_URL = conftest.AMQP_URL
+POSTGRES_URL = conftest.POSTGRES_URL
 
 
 class Ledger(dramatiq.Middleware):
