@@ -7,11 +7,11 @@ BIN := $(VENV)/bin
 
 help:
 	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
-	@echo "make test      run the whole test suite against the real RabbitMQ and Redis"
+	@echo "make test      run the whole test suite against the real RabbitMQ, Redis and PostgreSQL"
 	@echo "make test-cluster  only the tests on a local RabbitMQ cluster and Redis Cluster (as root)"
 	@echo "make lint      ruff, mypy --strict and the import contracts (lint-imports)"
 	@echo "make all       lint and test"
-	@echo "make services  make sure RabbitMQ and Redis answer (start them when installed)"
+	@echo "make services  make sure RabbitMQ, Redis and PostgreSQL answer (start them when installed)"
 	@echo "make bench     benchmarks against bare Dramatiq, Celery and raw pika (not part of make test)"
 	@echo "make tools     make sure promtool, amtool and chromium are installed (Debian packages, as root)"
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.plan import StepAddress
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class MessageContext:
             correlation_id=message.options.get(opt.CORRELATION) or message.message_id,
             message_id=message.message_id,
             actor=message.actor_name,
-            attempt=int(message.options.get(opt.RETRIES, 0)) + 1,
+            attempt=wire_options.attempt(message.options),
             run_id=step.run_id if step else None,
             step=step.node if step else None,
         )

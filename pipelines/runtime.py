@@ -19,6 +19,7 @@ import orjson
 from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node, shape_name
@@ -270,7 +271,7 @@ class Runtime:
 
     def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:
         """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.)"""
-        attempt = int(message.options.get("retries", 0)) + 1
+        attempt = wire_options.attempt(message.options)
         return self.store.claim_step(address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms)
 
     def complete(
@@ -338,7 +339,7 @@ class Runtime:
         address: StepAddress,
         advance: Advance,
     ) -> None:
-        pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+        pipeline = wire_options.pipeline(message.options) or "adhoc"
         if advance.chord_wait_ms is not None:
             for listener in self.listeners:
                 listener.chord_released(pipeline, advance.chord_wait_ms / 1000)
@@ -372,6 +373,6 @@ class Runtime:
         """Record a failed attempt; a final one fails the run with ``error`` recorded."""
         created_at_ms = self.store.fail_step(address.run_id, address.node, f"{error_name(error)}: {error}", final=final)
         if created_at_ms is not None:
-            pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+            pipeline = wire_options.pipeline(message.options) or "adhoc"
             for listener in self.listeners:
                 listener.run_finished(pipeline, "failed", time.time() - created_at_ms / 1000)

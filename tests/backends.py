@@ -28,6 +28,9 @@ from pipelines.store import EMBEDDED_URL
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: Where the fail-closed tests count effects (a table of their own each, dropped afterwards).
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
 #: Half the default delay tiers: each namespace declares fewer quorum queues (longer waits hop through
 #: the 30 s tier), which keeps the suite's churn on RabbitMQ's Raft log down.
 TEST_DELAY_TIERS_S = [0.1, 0.5, 1.0, 5.0, 30.0]

@@ -1,7 +1,8 @@
 """Fixtures shared by the whole suite.
 
-Integration tests run against the real RabbitMQ and Redis (URLs from ``PIPELINES_TEST_AMQP_URL`` and
-``PIPELINES_TEST_REDIS_URL``, loopback by default), each test in a namespace of its own that is
+Integration tests run against the real RabbitMQ, Redis and PostgreSQL (URLs from
+``PIPELINES_TEST_AMQP_URL``, ``PIPELINES_TEST_REDIS_URL`` and ``PIPELINES_TEST_POSTGRES_URL``, loopback
+by default), each test in a namespace of its own that is
 deleted afterwards (``tests/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
 first time a test needs the services; ``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl``
 when it is not the one on the PATH). Behaviour tests take the ``backend`` parameter: a broker kind and a
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 
 import dramatiq
 import pika
+import psycopg
 import pytest
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -28,7 +30,7 @@ from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
-from tests.backends import AMQP_URL, PAIRED, REDIS_URL, Backend
+from tests.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
 from tests.fixtures import MakeApp, Observe, Observer, StartWorker
 from tests.housekeeping import delete_stale_namespaces, fresh_namespace, listed, rabbitmqctl, stop_leftover_processes
 
@@ -42,15 +44,27 @@ def _answers(url: str) -> bool:
     return True
 
 
+def _postgres_problem() -> str | None:
+    """Why the tests' PostgreSQL database cannot be used, or None."""
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=5).close()
+    except psycopg.Error as e:
+        return str(e).strip().splitlines()[0]
+    return None
+
+
 @pytest.fixture(scope="session")
 def services() -> None:
-    """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing; then
-    clear what interrupted earlier runs left: their processes and their namespaces."""
+    """Fail (never skip) when RabbitMQ, Redis or PostgreSQL does not answer, naming the one that is
+    missing; then clear what interrupted earlier runs left: their processes and their namespaces."""
     missing = [name for name, url in (("RabbitMQ", AMQP_URL), ("Redis", REDIS_URL)) if not _answers(url)]
+    postgres = _postgres_problem()
+    if postgres is not None:
+        missing.append(f"PostgreSQL ({postgres})")
     if missing:
         pytest.fail(
-            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}). "
-            "Run `make services` or `docker compose up -d rabbitmq redis`.",
+            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}, "
+            f"{POSTGRES_URL.split('@')[-1]}). Run `make services` or `docker compose up -d rabbitmq redis postgres`.",
             pytrace=False,
         )
     stop_leftover_processes()

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.config_errors import ENV_PREFIX
 from pipelines.metrics_http import HEALTH_PATH
+from tests.backends import DEFAULT_POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TOML = ROOT / "config.toml"
@@ -36,6 +37,7 @@ SERVICES = {
     "worker",
     "worker-long",
     "scheduler",
+    "postgres",
 }
 ALERTMANAGER_YML = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 README = ROOT / "README.md"
@@ -44,6 +46,8 @@ RABBITMQ_ENDED = {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "4.0", "4.1"}
 #: The RabbitMQ the test suite runs against (the README says so).
 RABBITMQ_TESTED = "3.10"
 APP_SERVICES = ["worker", "worker-long", "scheduler"]
+#: Images whose projects number their releases major.minor (PostgreSQL since 10).
+TWO_PART_RELEASES = {"postgres"}
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -397,7 +401,12 @@ def test_the_app_services_are_healthy_by_the_health_path_of_their_metrics_port(
 
 def test_every_image_is_pinned_to_a_release(services: dict[str, dict[str, Any]]) -> None:
     pulled = {name: s["image"] for name, s in services.items() if "build" not in s}
-    unpinned = {name: image for name, image in pulled.items() if not re.search(r":v?\d+\.\d+\.\d+(-\w+)?$", image)}
+    release = {True: r":v?\d+\.\d+(-\w+)?$", False: r":v?\d+\.\d+\.\d+(-\w+)?$"}
+    unpinned = {
+        name: image
+        for name, image in pulled.items()
+        if not re.search(release[image.split(":")[0] in TWO_PART_RELEASES], image)
+    }
     assert pulled
     assert unpinned == {}
 
@@ -442,3 +451,16 @@ def test_amtool_accepts_the_alertmanager_config() -> None:
         [amtool, "check-config", str(ALERTMANAGER_YML)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_postgres_serves_the_tests_database_on_this_machines_loopback_only(services: dict[str, dict[str, Any]]) -> None:
+    postgres = services["postgres"]
+    url = urlsplit(DEFAULT_POSTGRES_URL)
+    environment = _environment(postgres)
+
+    # A password-less login: nobody but this machine may reach it.
+    assert postgres["ports"] == [f"127.0.0.1:{url.port}:5432"]
+    assert environment["POSTGRES_HOST_AUTH_METHOD"] == "trust"
+    assert environment["POSTGRES_DB"] == url.path.lstrip("/")
+    assert url.username == "postgres"  # the image's superuser
+    assert not any("postgres" in service.get("depends_on", {}) for service in services.values())  # tests only

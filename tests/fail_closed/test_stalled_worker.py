@@ -20,11 +20,12 @@ from pathlib import Path
 
 import dramatiq
 import pytest
-from fail_closed_support import POSTGRES_URL, Effects
+from fail_closed_support import Effects
 
 from pipelines import chain, step
 from pipelines.app import build_app
 from pipelines.config import Settings
+from tests.backends import POSTGRES_URL
 from tests.housekeeping import fresh_namespace
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
