@@ -95,7 +95,11 @@ def _die_with_the_suite() -> None:
 
 
 def start_process(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
-    """Start ``command`` in a process group of its own, recorded until :func:`stop_process` stops it."""
+    """Start ``command`` in a process group of its own, recorded until :func:`stop_process` stops it.
+
+    Call it from a thread that lives as long as the process should: the kernel sends the child its
+    SIGTERM when the thread that started it ends, not only the suite.
+    """
     process = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_the_suite, **popen)  # noqa: PLW1509
     REGISTRY.mkdir(exist_ok=True)
     (REGISTRY / str(process.pid)).write_text(json.dumps({"suite": os.getpid(), "command": command[0]}))

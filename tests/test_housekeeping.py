@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
+from pathlib import Path
 
 import pika
 import redis
@@ -25,9 +27,7 @@ from tests.housekeeping import (
 
 def _gone_pid() -> int:
     """The pid of a process that has ended (a run that was interrupted)."""
-    process = subprocess.Popen(["true"])
-    process.wait()
-    return process.pid
+    return int(subprocess.run(["sh", "-c", "echo $$"], capture_output=True, check=True).stdout)
 
 
 def _declare(namespace: str) -> None:
@@ -100,3 +100,32 @@ def test_a_process_that_ignores_sigterm_is_killed_with_its_group_when_the_test_e
 
     assert status != 0
     assert not (REGISTRY / str(stubborn.pid)).exists()
+
+
+TESTS = Path(__file__).resolve().parent
+#: Where a process may be started otherwise, and why the helper does not fit there.
+STARTED_OTHERWISE = {
+    "housekeeping.py": "the helper itself",
+    "test_housekeeping.py": "this check, whose pattern names what it looks for",
+    "fresh_imports.py": "it forks a child per module to import and waits for every one before it returns",
+    "cluster/harness/local_slot.py": "its guardian must outlive the session: it sweeps the slot when the session dies",
+    "cluster/harness/local_rabbit.py": "cluster nodes in network namespaces, which the slot's sweep kills by namespace",
+    "cluster/harness/local_redis.py": "cluster servers, which the slot's sweep kills by working directory",
+}
+STARTS = re.compile(r"\bPopen\(|\bos\.(fork|spawn\w*|exec\w*)\(|multiprocessing|create_subprocess_exec")
+
+
+def test_every_process_a_test_starts_goes_through_the_process_helper() -> None:
+    """So each is in a group of its own, dies with the suite, is recorded until it is stopped and is
+    stopped with its group however the test ends (``subprocess.run`` waits for its process: allowed)."""
+    found = [
+        f"{path.relative_to(TESTS)}:{number}: {line.strip()}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if str(path.relative_to(TESTS)) not in STARTED_OTHERWISE
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if STARTS.search(line) and not line.lstrip().startswith("#")
+    ]
+
+    assert found == [], "start these with tests.housekeeping.start_process (stop with stop_process):\n" + "\n".join(
+        found
+    )

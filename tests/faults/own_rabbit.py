@@ -10,17 +10,16 @@ own directory, removed with the node. Needs root and the Debian package ``rabbit
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from tests.housekeeping import start_process, stop_process
 from tests.ports import free_port
 
 SBIN = Path("/usr/lib/rabbitmq/bin")
@@ -79,7 +78,7 @@ class OwnRabbit:
             shutil.chown(path, "rabbitmq", "rabbitmq")
         nofile = min(NOFILE_WANTED, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         with (self.dir / "console.log").open("ab") as console:
-            self.process = subprocess.Popen(
+            self.process = start_process(
                 [
                     *("setpriv", "--reuid=rabbitmq", "--regid=rabbitmq", "--init-groups", "--"),
                     *("sh", "-c", f'ulimit -n {nofile} && exec "$0"', str(SBIN / "rabbitmq-server")),
@@ -89,7 +88,6 @@ class OwnRabbit:
                 stdin=subprocess.DEVNULL,
                 stdout=console,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         while not self._serving():
@@ -142,7 +140,6 @@ class OwnRabbit:
         if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self.ctl("stop")
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        if self.process is not None:
+            stop_process(self.process, timeout_s=30)
         shutil.rmtree(self.dir, ignore_errors=True)
