@@ -173,6 +173,10 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert re.search(r"send_welcome_email\s+fire_and_forget\s+notifications", topology.stdout)
     assert re.search(r"export_orders\s+long_running\s+long_running", topology.stdout)
     assert re.search(r"nightly_report\s+scheduled.*missed ticks: catch_up", topology.stdout)
+    # The count the README gives for the example domain, with its terms.
+    assert topology.stdout.strip().splitlines()[-1] == (
+        "59 queues = 2 x 21 actors + 10 delay tiers + 7 more partitions of ordered actors"
+    )
     # Each table has its header.
     assert re.search(r"ACTOR\s+PROFILE\s+QUEUE\s+CONSUMES", topology.stdout)
     assert re.search(r"QUEUE\s+ROLE\s+MESSAGES", queues.stdout)
