@@ -31,6 +31,7 @@ from pipelines.testing import boot
 from tests.backends import AMQP_URL, PAIRED, REDIS_URL, Backend
 from tests.fixtures import MakeApp, Observe, Observer, StartWorker
 from tests.housekeeping import delete_stale_namespaces, fresh_namespace, listed, rabbitmqctl, stop_leftover_processes
+from tests.stuck_servers import StuckServer
 
 
 def _answers(url: str) -> bool:
@@ -206,3 +207,19 @@ def short_consumer_timeout(services: None) -> Iterator[int]:
     yield SHORT_CONSUMER_TIMEOUT_MS
     set_rabbit("consumer_timeout", 1_800_000)
     set_rabbit("channel_tick_interval", 60_000)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[StuckServer]:
+    """A port that takes TCP connections and never answers (a stuck broker), closed after the test."""
+    server = StuckServer(close_at_once=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def closing_server() -> Iterator[StuckServer]:
+    """A port that takes TCP connections and closes each at once (a broker still starting)."""
+    server = StuckServer(close_at_once=True)
+    yield server
+    server.close()
