@@ -9,13 +9,16 @@ import uuid
 from pathlib import Path
 
 import pika
+import pytest
 import redis
 
 from tests.backends import AMQP_URL, REDIS_URL
 from tests.housekeeping import (
     REGISTRY,
     RUN_STARTED_S,
+    ListingUnavailable,
     delete_stale_namespaces,
+    delete_test_namespace,
     fresh_namespace,
     is_stale,
     listed,
@@ -23,6 +26,7 @@ from tests.housekeeping import (
     stop_leftover_processes,
     stop_process,
 )
+from tests.ports import free_port
 
 
 def _gone_pid() -> int:
@@ -44,7 +48,7 @@ def _delete(namespace: str) -> None:
 
 def _left(namespaces: list[str]) -> list[str]:
     """The namespaces that still have a queue or a Redis key."""
-    queues = listed("list_queues")
+    queues = listed("list_queues", amqp_url=AMQP_URL)
     client = redis.Redis.from_url(REDIS_URL)
     return [
         namespace
@@ -100,6 +104,23 @@ def test_a_process_that_ignores_sigterm_is_killed_with_its_group_when_the_test_e
 
     assert status != 0
     assert not (REGISTRY / str(stubborn.pid)).exists()
+
+
+def test_without_rabbitmqctl_or_management_api_teardown_says_so_and_still_deletes_the_redis_keys(
+    no_rabbitmqctl: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIPELINES_TEST_RABBITMQ_API", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    namespace = fresh_namespace()
+    client = redis.Redis.from_url(REDIS_URL)
+    client.set(f"{namespace}:run:1", "x")
+
+    with pytest.raises(ListingUnavailable) as unavailable:
+        delete_test_namespace(AMQP_URL, REDIS_URL, namespace)
+
+    assert "PIPELINES_TEST_RABBITMQCTL" in str(unavailable.value)
+    assert "PIPELINES_TEST_RABBITMQ_API" in str(unavailable.value)
+    assert "guest" not in str(unavailable.value)  # no credentials in what is printed
+    assert not client.exists(f"{namespace}:run:1")
 
 
 TESTS = Path(__file__).resolve().parent

@@ -30,8 +30,10 @@ BOOT_TIMEOUT_S = 90.0
 class OwnRabbit:
     """One node: :meth:`start`, :meth:`ctl`, :meth:`log`, :meth:`close` (which removes every trace)."""
 
-    def __init__(self, *, consumer_timeout_ms: int) -> None:
+    def __init__(self, *, consumer_timeout_ms: int = 1_800_000, management: bool = False) -> None:
         self.port = free_port()
+        self.management_port = free_port() if management else None
+        """The management API's port (its plugin enabled), or None."""
         self.dist_port = free_port()
         self.name = f"own{self.port}@localhost"
         self.dir = Path(tempfile.mkdtemp(prefix="own-rabbit-"))
@@ -71,6 +73,10 @@ class OwnRabbit:
             "loopback_users.guest = false\n"
             f"consumer_timeout = {self.consumer_timeout_ms}\n"
         )
+        if self.management_port is not None:
+            with (self.dir / "rabbitmq.conf").open("a") as conf:
+                conf.write(f"management.tcp.port = {self.management_port}\nmanagement.tcp.ip = 127.0.0.1\n")
+            (self.dir / "enabled_plugins").write_text("[rabbitmq_management].\n")
         (self.dir / "rabbitmq-env.conf").write_text("# this node's own settings are all in its environment\n")
         self.dir.chmod(0o755)
         shutil.chown(self.dir, "rabbitmq", "rabbitmq")

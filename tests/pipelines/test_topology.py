@@ -23,7 +23,7 @@ from pipelines.topology import (
     Topology,
     build_topology,
 )
-from tests.backends import TEST_DELAY_TIERS_S, only_on
+from tests.backends import AMQP_URL, TEST_DELAY_TIERS_S, only_on
 from tests.fixtures import MakeApp
 from tests.housekeeping import listed
 
@@ -276,7 +276,7 @@ def test_a_declared_namespace_has_two_queues_per_actor_one_per_tier_and_one_more
     app.broker.ensure_topology()
 
     namespace = app.settings.namespace
-    declared = sorted(q for q in listed("list_queues") if q.startswith(f"{namespace}."))
+    declared = sorted(q for q in listed("list_queues", amqp_url=AMQP_URL) if q.startswith(f"{namespace}."))
     actors = sorted(app.broker.actors)  # with the framework's own, declared with the first of a kind
 
     assert actors == sorted(["charge", "ping", "feed", "nightly", "export", DEADLINE_CHECK, CHECK, WATCHDOG])
