@@ -5,7 +5,8 @@ Integration tests run against the real RabbitMQ, Redis and PostgreSQL (URLs from
 by default), each test in a namespace of its own that is
 deleted afterwards (``tests/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
 first time a test needs the services; ``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl``
-when it is not the one on the PATH). Behaviour tests take the ``backend`` parameter: a broker kind and a
+when it is not the one on the PATH, ``PIPELINES_TEST_RABBITMQ_API`` its management API, used when
+``rabbitmqctl`` cannot be run). Behaviour tests take the ``backend`` parameter: a broker kind and a
 store kind (``tests/backends.py``, the two axes a new backend joins), by default each kind with its
 partner (the embedded broker and store; RabbitMQ and Redis). The fixtures' types are in ``tests/fixtures.py``.
 """
@@ -20,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import dramatiq
-import pika
 import psycopg
 import pytest
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -32,7 +32,15 @@ from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 from tests.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
 from tests.fixtures import MakeApp, Observe, Observer, StartWorker
-from tests.housekeeping import delete_stale_namespaces, fresh_namespace, listed, rabbitmqctl, stop_leftover_processes
+from tests.housekeeping import (
+    ListingUnavailable,
+    delete_stale_namespaces,
+    delete_test_namespace,
+    fresh_namespace,
+    rabbitmqctl,
+    stop_leftover_processes,
+)
+from tests.stuck_servers import StuckServer
 
 
 def _answers(url: str) -> bool:
@@ -70,12 +78,8 @@ def services() -> None:
     stop_leftover_processes()
     try:
         delete_stale_namespaces(AMQP_URL, REDIS_URL)
-    except (OSError, subprocess.CalledProcessError) as e:  # no rabbitmqctl here (a broker in a container)
-        warnings.warn(
-            f"Stale test namespaces were not deleted: cannot list the broker's queues ({e}). "
-            "Set PIPELINES_TEST_RABBITMQCTL to its rabbitmqctl command.",
-            stacklevel=1,
-        )
+    except ListingUnavailable as e:
+        warnings.warn(f"Stale test namespaces were not deleted: {e}", stacklevel=1)
 
 
 def settings_for(backend: Backend, **sections: Any) -> Settings:
@@ -98,15 +102,10 @@ def cleanup(app: App) -> None:
 
 def _delete_namespace(namespace: str) -> None:
     """Delete every queue and exchange named ``<namespace>.*`` (whatever declared them) and its Redis keys."""
-    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
-        channel = connection.channel()
-        for queue in listed("list_queues"):
-            if queue.startswith(f"{namespace}."):
-                channel.queue_delete(queue)
-        for exchange in listed("list_exchanges"):
-            if exchange.startswith(f"{namespace}."):
-                channel.exchange_delete(exchange)
-    RedisRunStore(url=REDIS_URL, namespace=namespace, retention_s=60).delete_namespace()
+    try:
+        delete_test_namespace(AMQP_URL, REDIS_URL, namespace)
+    except ListingUnavailable as e:
+        warnings.warn(f"The queues and exchanges of test namespace {namespace} were not deleted: {e}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")
@@ -220,3 +219,25 @@ def short_consumer_timeout(services: None) -> Iterator[int]:
     yield SHORT_CONSUMER_TIMEOUT_MS
     set_rabbit("consumer_timeout", 1_800_000)
     set_rabbit("channel_tick_interval", 60_000)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[StuckServer]:
+    """A port that takes TCP connections and never answers (a stuck broker), closed after the test."""
+    server = StuckServer(close_at_once=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def closing_server() -> Iterator[StuckServer]:
+    """A port that takes TCP connections and closes each at once (a broker still starting)."""
+    server = StuckServer(close_at_once=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def no_rabbitmqctl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine whose broker runs in a container: no rabbitmqctl to run."""
+    monkeypatch.setenv("PIPELINES_TEST_RABBITMQCTL", "rabbitmqctl-not-installed")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +17,7 @@ import redis
 
 from pipelines.store import RedisRunStore
 from tests.housekeeping import fresh_namespace, start_process, stop_process
+from tests.stuck_servers import StuckServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -173,6 +171,10 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert re.search(r"send_welcome_email\s+fire_and_forget\s+notifications", topology.stdout)
     assert re.search(r"export_orders\s+long_running\s+long_running", topology.stdout)
     assert re.search(r"nightly_report\s+scheduled.*missed ticks: catch_up", topology.stdout)
+    # The count the README gives for the example domain, with its terms.
+    assert topology.stdout.strip().splitlines()[-1] == (
+        "59 queues = 2 x 21 actors + 10 delay tiers + 7 more partitions of ordered actors"
+    )
     # Each table has its header.
     assert re.search(r"ACTOR\s+PROFILE\s+QUEUE\s+CONSUMES", topology.stdout)
     assert re.search(r"QUEUE\s+ROLE\s+MESSAGES", queues.stdout)
@@ -266,42 +268,20 @@ def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) ->
     assert "step None" not in status.stdout
 
 
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port that accepts TCP connections and never answers (a stuck broker), closed after the test."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                accepted.append(listener.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    stop.set()
-    thread.join()
-    for connection in accepted:
-        connection.close()
-    listener.close()
-
-
 def test_a_rabbitmq_that_takes_tcp_but_never_answers_the_handshake_is_named_so_with_the_file_handle_hint(
-    services: None, silent_server: int
+    services: None, silent_server: StuckServer
 ) -> None:
+    # The default connection attempts (3): the silent server is asked once, not three times.
     env = environment(
         fresh_namespace(),
-        PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server}/%2F?stack_timeout=1",
-        PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
+        PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server.port}/%2F?stack_timeout=1",
     )
 
     result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
     RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
 
-    where = f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1"
+    where = f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server.port}/%2F?stack_timeout=1"
+    assert silent_server.taken == 1
     assert result.returncode == 1
     assert f"{where} takes TCP connections but does not answer the AMQP handshake" in result.stderr
     assert "out of file handles" in result.stderr

@@ -5,8 +5,6 @@ Figures are printed; run with ``-s`` to see them.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 from fault_scenario import Fault
 
 from pipelines import step
+from tests.housekeeping import start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent
 EVENTS = 5000
@@ -88,19 +87,17 @@ def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(faul
 def test_two_schedulers_fire_each_tick_once(fault: Fault) -> None:
     fault.workers.start(module="sched_worker")
     command = [str(Path(sys.executable).parent / "periodiq"), "sched_worker", "--path", str(FAULTS)]
-    with fault.log.open("ab") as log:
-        schedulers = [
-            subprocess.Popen(command, env=fault.workers.env, stdout=log, stderr=log, start_new_session=True)
-            for _ in range(2)
-        ]
+    schedulers: list[subprocess.Popen[bytes]] = []
     try:
+        with fault.log.open("ab") as log:
+            for _ in range(2):  # each stopped below even if the next one fails to start
+                schedulers.append(start_process(command, env=fault.workers.env, stdout=log, stderr=log))
         fault.wait_until(lambda: fault.ledger.sequence("ticks", "minutely"), "the first tick", timeout_s=150)
         [tick] = fault.ledger.sequence("ticks", "minutely")[:1]
         fault.wait_until(lambda: fault.app.store.tick_claims("minutely", tick) >= 2, "the second scheduler's copy")
     finally:
         for scheduler in schedulers:
-            os.killpg(scheduler.pid, signal.SIGTERM)
-            scheduler.wait(timeout=30)
+            stop_process(scheduler, timeout_s=30)
 
     ran = [t for t in fault.ledger.sequence("ticks", "minutely") if t == tick]
     print(f"\ntwo schedulers: tick {tick} sent {fault.app.store.tick_claims('minutely', tick)} times, ran {len(ran)}")

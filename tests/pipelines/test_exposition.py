@@ -22,6 +22,7 @@ from pipelines.exposition import GroupSamples, LiveWorkers, QueueDepths
 from pipelines.metrics_http import serve_http
 from tests.backends import only_on
 from tests.fixtures import MakeApp
+from tests.housekeeping import start_process, stop_process
 from tests.ports import free_port
 
 
@@ -87,7 +88,7 @@ sys.stdin.read()
 
 def test_a_killed_process_loses_its_heartbeat_and_keeps_its_counts(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    writer = subprocess.Popen(
+    writer = start_process(
         [sys.executable, "-c", WRITER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
@@ -99,8 +100,7 @@ def test_a_killed_process_loses_its_heartbeat_and_keeps_its_counts(tmp_path: Pat
         writer.wait(timeout=30)
         dead = {m.name: [(s.labels, s.value) for s in m.samples] for m in samples.collect()}
     finally:
-        writer.kill()
-        writer.wait(timeout=30)
+        stop_process(writer)
 
     assert alive["pipelines_worker_heartbeat_timestamp_seconds"] == [{"pid": str(writer.pid)}]
     assert dead.get("pipelines_worker_heartbeat_timestamp_seconds", []) == []

@@ -30,13 +30,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
-import pika
 from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 
 from pipelines import options as opt
 from pipelines import wire_options
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
+from pipelines.broker.rabbitmq.connecting import open_connection
 from pipelines.broker.rabbitmq.connections import dramatiq_error
 from pipelines.broker.rabbitmq.dead_lettering import DeadLettering
 from pipelines.broker.rabbitmq.delivery import Delivery
@@ -86,7 +86,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._returning_lock = threading.Lock()
         self._cancelled: set[str] = set()
         try:
-            self.connection = pika.BlockingConnection(broker.thread_connections.candidates())
+            self.connection = open_connection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
