@@ -22,7 +22,7 @@ from pipelines import options as opt
 from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node, shape_name
-from pipelines.context import current_correlation_id, new_correlation_id
+from pipelines.context import current_correlation_id, new_correlation_id, worker_id
 from pipelines.deadlines import schedule_deadline_checks
 from pipelines.errors import (
     ResultTooLarge,
@@ -269,9 +269,12 @@ class Runtime:
     # -- worker side ----------------------------------------------------------------------------
 
     def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:
-        """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.)"""
+        """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.) The step's record
+        names this worker (:func:`~pipelines.context.worker_id`) when it may."""
         attempt = int(message.options.get("retries", 0)) + 1
-        return self.store.claim_step(address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms)
+        return self.store.claim_step(
+            address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms, worker=worker_id()
+        )
 
     def complete(
         self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any

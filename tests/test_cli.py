@@ -115,6 +115,12 @@ def test_status_shows_a_run_and_its_steps_also_as_json(env: dict[str, str]) -> N
     assert [step["actor"] for step in status["steps"]] == ["fetch_image"] + ["make_thumbnail"] * 3 + ["publish_gallery"]
     assert isinstance(status["result"], dict)  # a JSON value, not a string of JSON
     assert [child["kind"] for child in status["shape"]["children"]] == ["step", "group", "step"]
+    # Each step names the worker that ran it: the `dramatiq` worker process, not this one.
+    worker = rf"{re.escape(socket.gethostname())}:(\d+)/\S+"
+    assert re.search(rf"0\.0 fetch_image  succeeded .* on {worker}", text.stdout)
+    pids = {re.fullmatch(worker, step["worker"] or "") for step in status["steps"]}
+    assert None not in pids
+    assert str(os.getpid()) not in {found.group(1) for found in pids if found}
 
 
 def test_an_event_published_from_the_cli_starts_the_subscribed_pipeline_once(env: dict[str, str]) -> None:

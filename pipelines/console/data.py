@@ -62,7 +62,7 @@ def _step_view(step: StepStatus, now_ms: int) -> StepView:
         progress=step.progress,
         progress_text=step.progress_text,
         error=_clean(step.error),
-        worker=getattr(step, "worker", None),
+        worker=step.worker,
     )
 
 

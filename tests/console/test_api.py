@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -83,6 +85,9 @@ def test_a_run_reads_back_with_its_shape_and_each_step_with_its_arguments_and_re
     assert (grouped["size"], [m["node"] for m in grouped["children"]]) == (5, ["0.2.0", "0.2.1", "0.2.2"])
     assert grouped["folded"] == {"count": 2, "by_state": {"succeeded": 2}}
     assert (callback["step"]["actor"], callback["step"]["state"]) == ("total", "succeeded")
+    # Each step names the worker that ran it: this process's worker, one of its threads.
+    here = f"{socket.gethostname()}:{os.getpid()}/"
+    assert all(s["worker"].startswith(here) and len(s["worker"]) > len(here) for s in shown["steps"])
 
     member = http.get(f"/api/runs/{run.id}/steps/0.2.3").json()
     assert (member["args"], member["arguments_from"], member["result_json"]) == ([3], "plan", "9")
