@@ -140,7 +140,8 @@ class Runtime:
         own, a child of the caller's current span. ``first_options`` are added to every first-step
         message (a pipeline's rate limit and the slot reserved for the run).
         ``on_created(run id, created)`` is called once the store has recorded each run, before anything
-        is published (a slow broker does not hide the id).
+        is published (a slow broker does not hide the id); when it raises (a Ctrl-C, a closed pipe), the
+        runs are failed as any interrupted start is, and nothing is published.
         """
         names = [name or shape_name(node) for node, _, _ in runs]
         spans: list[trace.Span] = []
@@ -173,8 +174,13 @@ class Runtime:
                 self._fail_unstarted([(record.run_id, True) for record, _ in prepared], e)
                 raise
             if on_created is not None:
-                for run_id, created in outcomes:
-                    on_created(run_id, created)
+                try:
+                    for run_id, created in outcomes:
+                        on_created(run_id, created)
+                except BaseException as e:
+                    # Ctrl-C, or a closed pipe while the CLI prints the id: nothing was published yet.
+                    self._fail_unstarted(outcomes, e)
+                    raise
             messages = [m for (_, batch), (_, made) in zip(prepared, outcomes, strict=True) if made for m in batch]
             if first_options:
                 messages = [m.copy(options=dict(first_options)) for m in messages]
