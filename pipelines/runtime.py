@@ -8,6 +8,7 @@ the claim and one for the decision (barrier and next step together), and one con
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -263,7 +264,10 @@ class Runtime:
             run_id=run_id,
             pipeline=pipeline,
             steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
-            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()},
+            starts={
+                n: orjson.dumps([self._as_stored(broker, leaf).to_json() for leaf in ls]).decode()
+                for n, ls in plan.starts.items()
+            },
             entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
@@ -271,6 +275,14 @@ class Runtime:
             trace_id=format(trace_id, "032x") if trace_id is not None else None,
         )
         return record, messages
+
+    def _as_stored(self, broker: PipelineBroker, leaf: Leaf) -> Leaf:
+        """A later step as the run store keeps it: what its actor marks secret sealed (never readable there)."""
+        actor = broker.actors.get(leaf.actor_name)
+        if self.sealer is None or actor is None or not encrypts(actor):
+            return leaf
+        args, kwargs = self.sealer.seal_arguments(actor, leaf.args, dict(leaf.kwargs))
+        return dataclasses.replace(leaf, args=args, kwargs=kwargs)
 
     # -- worker side ----------------------------------------------------------------------------
 
