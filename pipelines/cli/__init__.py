@@ -2,9 +2,10 @@
 
 Every command reads ``config.toml`` (or ``--config``/``$PIPELINES_CONFIG``) and the ``PIPELINES_*``
 variables, and imports the user's app module from the working directory (``[app] actors``, or
-``--app``), refusing to guess one when nothing names it. Errors are one line on stderr and a non-zero exit status: 2 when the command as given can
-never work (usage, configuration, an unknown name, input that does not validate), 1 when it could not
-be done this time (a service, a failed run, a run or dead letter that is not there).
+``--app``), refusing to guess one when nothing names it. Errors are one line on stderr and a non-zero
+exit status: 2 when the command as given can never work (usage, configuration, an unknown name, input
+that does not validate), 1 when it could not be done this time (a service, a failed run, a run or dead
+letter that is not there).
 
 The framework is imported once the command is known, so ``--help`` and usage errors answer at once.
 """
