@@ -44,6 +44,27 @@ def _answers(url: str) -> bool:
     return True
 
 
+def pytest_report_header() -> list[str]:
+    """The versions of the services this run tests against (the README says which ones compose pins)."""
+    found = []
+    try:
+        parameters = pika.URLParameters(AMQP_URL)
+        parameters.connection_attempts, parameters.socket_timeout = 1, 2
+        with pika.BlockingConnection(parameters) as connection:
+            # pika keeps the broker's connection.start properties on the connection it wraps.
+            properties = connection._impl.server_properties
+        found.append(f"RabbitMQ {properties.get('version')} ({properties.get('platform')})")
+    except pika.exceptions.AMQPError as e:
+        found.append(f"RabbitMQ not answering ({type(e).__name__})")
+    import redis
+
+    try:
+        found.append(f"Redis {redis.Redis.from_url(REDIS_URL, socket_timeout=2).info('server')['redis_version']}")
+    except redis.RedisError as e:
+        found.append(f"Redis not answering ({type(e).__name__})")
+    return [f"services: {', '.join(found)}"]
+
+
 @pytest.fixture(scope="session")
 def services() -> None:
     """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing; then
