@@ -8,6 +8,9 @@ they enqueue carries it.
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +53,14 @@ class MessageContext:
 
 _message: ContextVar[MessageContext | None] = ContextVar("pipelines_message", default=None)
 _correlation: ContextVar[str | None] = ContextVar("pipelines_correlation", default=None)
+
+
+def worker_id() -> str:
+    """Who runs the code now, as a step's record names it: ``host:pid/thread`` (the thread's name).
+
+    Read at each call: a forked worker process has a pid of its own.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}/{threading.current_thread().name}"
 
 
 def new_correlation_id() -> str:

@@ -21,8 +21,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import dramatiq
+import pika
 import psycopg
 import pytest
+import redis
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from pipelines.app import App, build_app
@@ -59,6 +61,25 @@ def _postgres_problem() -> str | None:
     except psycopg.Error as e:
         return str(e).strip().splitlines()[0]
     return None
+
+
+def pytest_report_header() -> list[str]:
+    """The versions of the services this run tests against (the README says which ones compose pins)."""
+    found = []
+    try:
+        parameters = pika.URLParameters(AMQP_URL)
+        parameters.connection_attempts, parameters.socket_timeout = 1, 2
+        with pika.BlockingConnection(parameters) as connection:
+            # pika keeps the broker's connection.start properties on the connection it wraps.
+            properties = connection._impl.server_properties
+        found.append(f"RabbitMQ {properties.get('version')} ({properties.get('platform')})")
+    except pika.exceptions.AMQPError as e:
+        found.append(f"RabbitMQ not answering ({type(e).__name__})")
+    try:
+        found.append(f"Redis {redis.Redis.from_url(REDIS_URL, socket_timeout=2).info('server')['redis_version']}")
+    except redis.RedisError as e:
+        found.append(f"Redis not answering ({type(e).__name__})")
+    return [f"services: {', '.join(found)}"]
 
 
 @pytest.fixture(scope="session")

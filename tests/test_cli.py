@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -37,16 +38,16 @@ def environment(namespace: str, **extra: str) -> dict[str, str]:
     }
 
 
-def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return installed(env, "pipelines", *args)
+def pipelines(env: dict[str, str], *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return installed(env, "pipelines", *args, cwd=cwd)
 
 
-def installed(env: dict[str, str], program: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run one of the virtualenv's console scripts to its end."""
+def installed(env: dict[str, str], program: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run one of the virtualenv's console scripts to its end (in the repository, or in ``cwd``)."""
     return subprocess.run(
         [str(BIN / program), *args],
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -113,6 +114,12 @@ def test_status_shows_a_run_and_its_steps_also_as_json(env: dict[str, str]) -> N
     assert [step["actor"] for step in status["steps"]] == ["fetch_image"] + ["make_thumbnail"] * 3 + ["publish_gallery"]
     assert isinstance(status["result"], dict)  # a JSON value, not a string of JSON
     assert [child["kind"] for child in status["shape"]["children"]] == ["step", "group", "step"]
+    # Each step names the worker that ran it: the `dramatiq` worker process, not this one.
+    worker = rf"{re.escape(socket.gethostname())}:(\d+)/\S+"
+    assert re.search(rf"0\.0 fetch_image  succeeded .* on {worker}", text.stdout)
+    pids = {re.fullmatch(worker, step["worker"] or "") for step in status["steps"]}
+    assert None not in pids
+    assert str(os.getpid()) not in {found.group(1) for found in pids if found}
 
 
 def test_an_event_published_from_the_cli_starts_the_subscribed_pipeline_once(env: dict[str, str]) -> None:
@@ -233,6 +240,24 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("config", ["none", "without [app]"])
+def test_with_nothing_naming_the_app_the_cli_says_how_to_name_it(tmp_path: Path, config: str) -> None:
+    if config != "none":
+        (tmp_path / "config.toml").write_text('namespace = "shop"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_") and k != "PYTHONPATH"}
+
+    result = pipelines(env, "runs", cwd=tmp_path)
+
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("pipelines: No app to load: ")
+    assert ("there is no config.toml" if config == "none" else "config.toml sets no [app] actors") in line
+    assert f"{tmp_path} has no module 'actors'" in line
+    for way in ("`pipelines --app shop ...`", '[app] actors = "shop" in config.toml', "PIPELINES_APP__ACTORS=shop"):
+        assert way in line
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize(

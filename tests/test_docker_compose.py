@@ -43,8 +43,10 @@ ALERTMANAGER_YML = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 README = ROOT / "README.md"
 #: RabbitMQ release lines past the end of their community support (rabbitmq.com/release-information).
 RABBITMQ_ENDED = {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "4.0", "4.1"}
-#: The RabbitMQ the test suite runs against (the README says so).
-RABBITMQ_TESTED = "3.10"
+#: The RabbitMQ and Redis the test suite runs against here (the README says so; pytest's header says
+#: what each run found).
+RABBITMQ_TESTED = "3.10.8"
+REDIS_TESTED = "7.0.15"
 APP_SERVICES = ["worker", "worker-long", "scheduler"]
 #: Images whose projects number their releases major.minor (PostgreSQL since 10).
 TWO_PART_RELEASES = {"postgres"}
@@ -411,7 +413,14 @@ def test_every_image_is_pinned_to_a_release(services: dict[str, dict[str, Any]])
     assert unpinned == {}
 
 
-def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_are_tested(
+def test_the_apps_image_is_built_on_a_pinned_python_release() -> None:
+    [base] = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)
+
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base), base
+    assert base in README.read_text()
+
+
+def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_versions_are_tested_and_pinned(
     services: dict[str, dict[str, Any]],
 ) -> None:
     version = services["rabbitmq"]["image"].split(":")[1].split("-")[0]
@@ -420,6 +429,8 @@ def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_are_tested(
     assert ".".join(version.split(".")[:2]) not in RABBITMQ_ENDED
     assert f"RabbitMQ {version}" in readme
     assert f"RabbitMQ {RABBITMQ_TESTED}" in readme
+    assert f"Redis {services['redis']['image'].split(':')[1]}" in readme
+    assert f"Redis {REDIS_TESTED}" in readme
 
 
 def test_redis_keeps_the_run_store_in_an_append_only_file_on_a_volume(
@@ -444,12 +455,14 @@ def test_prometheus_sends_its_alerts_to_the_alertmanager_service(services: dict[
     assert services["prometheus"]["depends_on"]["alertmanager"]["condition"] == "service_healthy"
 
 
-def test_amtool_accepts_the_alertmanager_config() -> None:
+def _amtool_check(path: Path) -> subprocess.CompletedProcess[str]:
     amtool = shutil.which("amtool")
     assert amtool, "amtool is not installed: run `make tools` (as root it installs Debian's prometheus-alertmanager)."
-    result = subprocess.run(
-        [amtool, "check-config", str(ALERTMANAGER_YML)], capture_output=True, text=True, timeout=60, check=False
-    )
+    return subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    result = _amtool_check(ALERTMANAGER_YML)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -464,3 +477,16 @@ def test_postgres_serves_the_tests_database_on_this_machines_loopback_only(servi
     assert environment["POSTGRES_DB"] == url.path.lstrip("/")
     assert url.username == "postgres"  # the image's superuser
     assert not any("postgres" in service.get("depends_on", {}) for service in services.values())  # tests only
+
+
+def test_the_example_receivers_once_uncommented_are_a_valid_alertmanager_config(tmp_path: Path) -> None:
+    # What an operator does: remove the "# " before an example's lines under the team receiver.
+    example = re.compile(r"^(    )# ((?:webhook|slack|email)_configs:|  .*)$", flags=re.MULTILINE)
+    uncommented = tmp_path / "alertmanager.yml"
+    uncommented.write_text(example.sub(r"\1\2", ALERTMANAGER_YML.read_text()))
+
+    result = _amtool_check(uncommented)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    [team] = _load_yaml(uncommented)["receivers"]
+    assert {"webhook_configs", "slack_configs", "email_configs"} <= set(team)

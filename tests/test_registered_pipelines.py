@@ -143,11 +143,9 @@ def test_the_readme_subscriber_starts_a_registered_pipeline_inside_a_dramatiq_wo
     assert json.loads(published.stdout) == ["succeeded"]
 
 
-@pytest.mark.integration
-def test_the_cli_starts_the_projects_pipeline_from_its_directory(project: tuple[Path, dict[str, str]]) -> None:
-    directory, env = project
-    result = subprocess.run(
-        [str(BIN / "pipelines"), "run", "fulfilment", "--arg", "order_id=2", "--wait"],
+def _cli(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "pipelines"), *args],
         cwd=directory,
         env=env,
         capture_output=True,
@@ -156,5 +154,23 @@ def test_the_cli_starts_the_projects_pipeline_from_its_directory(project: tuple[
         check=False,
     )
 
+
+@pytest.mark.integration
+def test_the_cli_starts_the_projects_pipeline_from_its_directory(project: tuple[Path, dict[str, str]]) -> None:
+    directory, env = project
+    result = _cli(directory, env, "run", "fulfilment", "--arg", "order_id=2", "--wait")
+
     assert result.returncode == 0, result.stderr
     assert "shipped 20" in result.stdout
+
+
+@pytest.mark.integration
+def test_the_cli_imports_the_module_given_with_app_over_the_configured_one(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    directory, env = project
+    misconfigured = env | {"PIPELINES_APP__ACTORS": "no_such_module"}
+    result = _cli(directory, misconfigured, "--app", "shop", "run", "fulfilment", "--arg", "order_id=3", "--wait")
+
+    assert result.returncode == 0, result.stderr
+    assert "shipped 30" in result.stdout

@@ -16,6 +16,7 @@ from pipelines import chain, step
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.errors import InvalidActorOption
+from pipelines.naming import run_key
 from pipelines.payloads import InvalidArguments, InvalidPayload
 from tests.backends import only_on
 from tests.fixtures import MakeApp, Observe, StartWorker
@@ -240,8 +241,48 @@ def test_secrets_are_unreadable_in_rabbitmq_and_redis_and_opened_for_the_actor(
     assert b"Ada" in raw[0]  # only the secret field is sealed
     assert b'"$sealed"' in raw[0]
     assert b"vip" not in raw[1]  # the whole argument list is sealed
-    assert b"0009" not in record  # the encrypting actor's result is stored sealed
+    assert b'"$sealed"' in record  # the encrypting actor's result is stored sealed
+    assert b"0009" not in record
     assert seen[0].card_number == "4111111111111111"
+
+
+@rabbitmq_only
+def test_the_bound_secrets_of_a_later_step_are_sealed_in_the_run_store_and_opened_for_its_actor(
+    make_app: Any, start_worker: Any
+) -> None:
+    app = secret_app(make_app, [NEW_KEY])
+    seen: list[tuple[str, Any]] = []
+
+    @dramatiq.actor(broker=app.broker)
+    def amount(x: int) -> int:
+        return x * 2
+
+    @dramatiq.actor(broker=app.broker, encrypt=True)
+    def store_pan(pan: str, total: int) -> str:
+        seen.append((pan, total))
+        return pan[-4:]
+
+    @dramatiq.actor(broker=app.broker, secret_fields=["card_number"])
+    def charge(last4: str, card_number: str = "", holder: str = "") -> str:
+        seen.append((card_number, last4))
+        return holder
+
+    start_worker(app)
+    # The plan keeps the arguments bound to steps 2 and 3 in the run store until they run.
+    run = app.start(
+        chain(
+            step(amount, 21),
+            step(store_pan, "340000000000009"),
+            step(charge, card_number="5500005555555559", holder="Ada"),
+        )
+    )
+
+    assert run.result(timeout_s=30) == "Ada"
+    assert seen == [("340000000000009", 42), ("5500005555555559", "0009")]
+    record = _raw_run(app, run.id)
+    assert b"340000000000009" not in record
+    assert b"5500005555555559" not in record
+    assert b'"holder":"Ada"' in record  # only what the actor marks secret is sealed
 
 
 def _raw_bodies(app: Any, actors: list[str]) -> list[bytes]:
@@ -260,9 +301,9 @@ def _raw_run(app: Any, run_id: str) -> bytes:
     import redis
 
     client: Any = redis.Redis.from_url(app.settings.store.url)
-    key = f"{app.settings.namespace}:run:{run_id}"
+    key = run_key(app.settings.namespace, run_id)
     values = [*client.hgetall(key).values(), *client.hgetall(key + ":steps").values()]
-    values += [*client.hgetall(key + ":results").values()]
+    values += [*client.hgetall(key + ":results").values(), *client.hgetall(key + ":starts").values()]
     return b"\n".join(values)
 
 

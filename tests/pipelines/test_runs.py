@@ -8,6 +8,8 @@ every store kind (``on_every_backend``), so a new kind of either axis is tried a
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections import Counter
 from typing import Any
@@ -95,6 +97,26 @@ def test_chain_passes_each_result_to_the_next_step(
         ("negate", "succeeded"),
     ]
     assert all(s.started_at_ms and s.finished_at_ms and s.finished_at_ms >= s.started_at_ms for s in status.steps)
+
+
+def test_each_step_names_the_worker_process_and_thread_that_ran_it(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
+    app = make_app()
+    ran_on: dict[int, str] = {}
+
+    @dramatiq.actor(broker=app.broker)
+    def where(x: int) -> int:
+        ran_on[x] = threading.current_thread().name
+        return x + 1
+
+    start_worker(app, threads=2)
+
+    run = app.start(chain(where, where), args=(0,))
+
+    assert run.result(timeout_s=TIMEOUT_S) == 2
+    here = f"{socket.gethostname()}:{os.getpid()}"
+    assert [s.worker for s in run.status().steps] == [f"{here}/{ran_on[0]}", f"{here}/{ran_on[1]}"]
 
 
 @on_every_backend
