@@ -104,14 +104,17 @@ class RawPublisher:
 
 
 class Effects:
-    """A PostgreSQL table of effects with no unique constraint: a row per time an effect was applied."""
+    """A PostgreSQL table of effects: with no unique constraint, a row per time an effect was applied;
+    ``keyed``, the README's table whose primary key is the effect key (a row per key, however often
+    its effect was applied)."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, *, keyed: bool = False) -> None:
         self.table = table
         self._local = threading.local()
         self._opened: list[psycopg.Connection[Any]] = []
+        key = "effect_key text PRIMARY KEY" if keyed else "effect_key text NOT NULL"
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(f"CREATE TABLE {table} (effect_key text NOT NULL, at timestamptz DEFAULT now())")
+            connection.execute(f"CREATE TABLE {table} ({key}, at timestamptz DEFAULT now())")
 
     def _connection(self) -> psycopg.Connection[Any]:
         connection: psycopg.Connection[Any] | None = getattr(self._local, "connection", None)
@@ -125,12 +128,10 @@ class Effects:
         self._connection().execute(f"INSERT INTO {self.table} (effect_key) VALUES (%s)", (effect_key,))
 
     def apply_once(self, effect_key: str) -> None:
-        """Apply an effect keyed by ``effect_key``, as the README shows (no unique constraint here, so
-        that a second application would still show if the key were not stable)."""
+        """Apply an effect keyed by ``effect_key`` into a ``keyed`` table, as the README shows: a second
+        application with the same key changes nothing (one with another key shows as a row more)."""
         self._connection().execute(
-            f"INSERT INTO {self.table} (effect_key) SELECT %s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.table} WHERE effect_key = %s)",
-            (effect_key, effect_key),
+            f"INSERT INTO {self.table} (effect_key) VALUES (%s) ON CONFLICT (effect_key) DO NOTHING", (effect_key,)
         )
 
     def counts(self) -> Counter[str]:
