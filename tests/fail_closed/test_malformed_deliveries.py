@@ -49,6 +49,7 @@ CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
     "eta not a number": (lambda m: body(m, options={"eta": "soon"}), None, "eta"),
     "time_limit not a number": (lambda m: body(m, options={"time_limit": "x"}), None, "time_limit"),
     "idempotency key not a string": (lambda m: body(m, options={"idempotency_key": 5}), None, "idempotency_key"),
+    "carried key not a string": (lambda m: body(m, options={"idempotency_done": 5}), None, "idempotency_done"),
     "max_age not a number": (lambda m: body(m, options={"max_age": "x"}), None, "max_age"),
     "on_success not an actor": (lambda m: body(m, options={"on_success": 5}), None, "on_success"),
     "pipe_target not a message": (lambda m: body(m, options={"pipe_target": "x"}), None, "pipe_target"),

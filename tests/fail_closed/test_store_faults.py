@@ -1,4 +1,5 @@
-"""Claims that meet Redis's error replies, and completions that meet a stalled Redis (``CLIENT PAUSE``).
+"""Claims that meet Redis's error replies, completions that meet a stalled Redis (``CLIENT PAUSE``), and
+keyed messages whose record meets errors for longer than they may be tried again.
 
 A keyed actor (each message published twice) and two-step chains write every effect to a PostgreSQL
 table without a unique constraint. Whatever the store answers, no actor runs unguarded (a duplicate
@@ -9,20 +10,17 @@ development; in CI the suite has the shared one to itself.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from importlib import resources
+from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import dramatiq
 import pytest
 import redis
-from fail_closed_support import Effects
-from redis_proxy import ERROR_REPLIES, ErrorProxy
+from fail_closed_support import Effects, Ledger
+from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 
 from pipelines import chain, step
 from pipelines.app import App
@@ -31,11 +29,6 @@ from pipelines.errors import StoreUnavailable
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10
 RUNS = 5
-
-
-def script_sha(name: str) -> bytes:
-    text = resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
-    return hashlib.sha1(text.encode()).hexdigest().encode()
 
 
 @pytest.fixture
@@ -51,10 +44,8 @@ def failing_claims() -> Iterator[ErrorProxy]:
                 return errors.pop(0) if errors else None
         return None
 
-    parts = urlsplit(REDIS_URL)
-    proxy = ErrorProxy((parts.hostname or "127.0.0.1", parts.port or 6379), inject)
-    yield proxy
-    proxy.close()
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy
 
 
 def declare(app: App, effects: Effects, *, pause_ms: int = 0) -> dict[str, dramatiq.Actor[Any, Any]]:
@@ -122,8 +113,7 @@ def drive(
 def test_claims_that_meet_redis_error_replies_put_messages_off_and_no_effect_runs_twice(
     make_app: Any, start_worker: Any, effects: Effects, failing_claims: ErrorProxy
 ) -> None:
-    proxied = f"redis://127.0.0.1:{failing_claims.port}{urlsplit(REDIS_URL).path}"
-    app = make_app(store={"url": proxied, "step_lease_s": 8}, worker={"time_limit_s": 5})
+    app = make_app(store={"url": failing_claims.url(REDIS_URL), "step_lease_s": 8}, worker={"time_limit_s": 5})
     figures = run_scenario(app, start_worker, effects, timeout_s=60)
     print(f"\nfigures: claims meeting {sorted(set(failing_claims.injected))} x2 each: {figures}")
 
@@ -157,18 +147,15 @@ def failing_failures() -> Iterator[ErrorProxy]:
                 return errors.pop(0) if errors else None
         return None
 
-    parts = urlsplit(REDIS_URL)
-    proxy = ErrorProxy((parts.hostname or "127.0.0.1", parts.port or 6379), inject)
-    yield proxy
-    proxy.close()
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy
 
 
 @pytest.mark.timeout(120)
 def test_a_final_failure_the_store_cannot_record_yet_fails_its_run_later_with_one_dead_letter(
     make_app: Any, start_worker: Any, failing_failures: ErrorProxy
 ) -> None:
-    proxied = f"redis://127.0.0.1:{failing_failures.port}{urlsplit(REDIS_URL).path}"
-    app = make_app(store={"url": proxied})
+    app = make_app(store={"url": failing_failures.url(REDIS_URL)})
 
     @dramatiq.actor(broker=app.broker, max_retries=0)
     def refund(order_id: int) -> int:
@@ -193,3 +180,70 @@ def test_a_final_failure_the_store_cannot_record_yet_fails_its_run_later_with_on
     assert [(letter.reason.reason, letter.reason.error_type, letter.reason.error) for letter in letters] == [
         ("retries exhausted", "ValueError", "order 7 was never charged")
     ]
+
+
+#: Seconds for which the records of an idempotency key done get READONLY: longer than a key claimed
+#: under KEY_LEASE_S is tried again (its lease less the time the copy that carries it takes back).
+KEY_RECORD_ERRORS_S = 3.5
+KEY_LEASE_S = 12
+
+
+@pytest.fixture
+def failing_key_records() -> Iterator[ErrorProxy]:
+    """A proxy to the test Redis that answers READONLY to every record of an idempotency key done
+    (``SET <key> done``) for ``KEY_RECORD_ERRORS_S`` from that key's first one."""
+    first: dict[bytes, float] = {}
+    lock = threading.Lock()
+
+    def inject(command: list[bytes]) -> bytes | None:
+        if len(command) > 2 and command[0].upper() == b"SET" and command[2] == b"done":
+            with lock:
+                if time.monotonic() - first.setdefault(command[1], time.monotonic()) < KEY_RECORD_ERRORS_S:
+                    return ERROR_REPLIES["READONLY"]
+        return None
+
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy
+
+
+@pytest.mark.timeout(120)
+def test_a_keyed_message_whose_record_meets_store_errors_carries_it_and_its_duplicate_never_runs(
+    make_app: Any,
+    start_worker: Any,
+    effects: Effects,
+    failing_key_records: ErrorProxy,
+    ledger: Callable[[App], Ledger],
+) -> None:
+    app = make_app(store={"url": failing_key_records.url(REDIS_URL), "step_lease_s": KEY_LEASE_S})
+    seen = ledger(app)
+
+    @dramatiq.actor(broker=app.broker, idempotency_key=lambda order_id: f"charge-{order_id}", max_retries=3)
+    def charge(order_id: int) -> None:
+        effects.apply(f"charge-{order_id}")
+
+    for order_id in range(ORDERS):
+        charge.send(order_id)
+        charge.send(order_id)  # a publisher's retry: put off while the first holds the key, then skipped
+    start_worker(app)
+    # Each key: one delivery ran, a copy carried its record, and the duplicate was skipped once recorded.
+    seen.wait(lambda: sum(seen.carried.values()) >= ORDERS and sum(seen.dropped.values()) >= 2 * ORDERS, 60)
+    counts = effects.counts()
+    figures = {
+        "orders": ORDERS,
+        "ran": sum(seen.ran.values()),
+        "carried": sum(seen.carried.values()),
+        "lost": len({f"charge-{n}" for n in range(ORDERS)} - set(counts)),
+        "duplicated": sum(count - 1 for count in counts.values()),
+        "dead-lettered": len(app.dead_letters.list()),
+    }
+    print(f"\nfigures: records of keys done refused for {KEY_RECORD_ERRORS_S} s (lease {KEY_LEASE_S} s): {figures}")
+
+    assert failing_key_records.injected.count("READONLY") > ORDERS  # each key was tried more than once
+    assert figures == {
+        "orders": ORDERS,
+        "ran": ORDERS,
+        "carried": ORDERS,
+        "lost": 0,
+        "duplicated": 0,
+        "dead-lettered": 0,
+    }

@@ -17,6 +17,7 @@ import orjson
 import pika
 import psycopg
 
+from pipelines import options as opt
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.outcome import outcome_of
@@ -25,8 +26,13 @@ AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0
 POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+#: Options in which a copy of a message carries what its actor did, for its delivery to record.
+CARRIED = (opt.STEP_RESULT, opt.STEP_FAILURE, opt.KEY_DONE)
+
+
 class Ledger(dramatiq.Middleware):
-    """What became of each delivery, by message id: ran, dropped (acknowledged without running), put off.
+    """What became of each delivery, by message id: ran, dropped (acknowledged without running), put off;
+    and which dropped deliveries were copies that carried an outcome to record (``carried``).
 
     Dead letters are read from RabbitMQ (they are what the broker published, not what a hook saw).
     """
@@ -35,6 +41,7 @@ class Ledger(dramatiq.Middleware):
         self.ran: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self.deferred: Counter[str] = Counter()
+        self.carried: Counter[str] = Counter()
         self._changed = threading.Condition()
 
     def _count(self, table: Counter[str], message: dramatiq.broker.MessageProxy) -> None:
@@ -56,7 +63,10 @@ class Ledger(dramatiq.Middleware):
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         if message.failed:
             return  # dead-lettered: counted from RabbitMQ
-        self._count(self.deferred if getattr(outcome_of(message), "deferred", False) else self.dropped, message)
+        deferred = getattr(outcome_of(message), "deferred", False)
+        if not deferred and any(option in message.options for option in CARRIED):
+            self._count(self.carried, message)
+        self._count(self.deferred if deferred else self.dropped, message)
 
     def wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Block until ``done()`` holds (re-checked whenever a delivery ends, and every 0.2 s)."""
