@@ -25,13 +25,14 @@ from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.deadlines import schedule_deadline_checks
 from pipelines.errors import (
+    DefinitionError,
     ResultTooLarge,
     ServiceUnavailable,
     UnknownActor,
     error_name,
 )
 from pipelines.naming import run_id_for_key
-from pipelines.plan import Leaf, StepAddress, compile_plan
+from pipelines.plan import ROOT, Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
 from pipelines.step_messages import StepInput, _check_arguments, step_messages
 from pipelines.store.base import Advance, Claim, NewRun
@@ -161,6 +162,7 @@ class Runtime:
                     pipeline=names[index],
                     idempotency_key=idempotency_key,
                     deadline_s=deadline_s,
+                    delay_ms=delay_ms or 0,
                     span=spans[index] if spans else None,
                 )
                 for index, (node, args, kwargs) in enumerate(runs)
@@ -229,6 +231,7 @@ class Runtime:
         pipeline: str,
         idempotency_key: str | None,
         deadline_s: float | None,
+        delay_ms: int,
         span: trace.Span | None,
     ) -> tuple[NewRun, list[dramatiq.Message[Any]]]:
         plan = compile_plan(node)
@@ -253,18 +256,36 @@ class Runtime:
             if carrier:
                 message.options[opt.TRACE] = dict(carrier)
         trace_id = span.get_span_context().trace_id if span is not None else None
+        # Where steps start, the first ones too: the stall sweep publishes from there what nothing advances.
+        starts = {ROOT: plan.entry, **plan.starts}
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
             steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
-            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()},
-            entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
+            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in starts.items()},
+            entries={n: [leaf.node for leaf in ls] for n, ls in starts.items()},
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
             deadline_s=deadline_s,
             trace_id=format(trace_id, "032x") if trace_id is not None else None,
+            first_input=self._first_input(broker, plan.entry, args, kwargs),
+            delay_ms=delay_ms,
         )
         return record, messages
+
+    def _first_input(
+        self, broker: PipelineBroker, entry: Sequence[Leaf], args: tuple[Any, ...], kwargs: Mapping[str, Any] | None
+    ) -> str | None:
+        """What the first steps receive, as the store keeps it: sealed when one of their actors encrypts
+        (its arguments travel sealed, and must not rest in the store in the clear). None for arguments
+        that are not JSON, which their publish refuses with the reason."""
+        try:
+            given = encode_value([list(args), dict(kwargs or {})])
+        except DefinitionError:
+            return None
+        if self.sealer is not None and any(encrypts(broker.actors[leaf.actor_name]) for leaf in entry):
+            return orjson.dumps(self.sealer.seal(orjson.loads(given))).decode()
+        return given
 
     # -- worker side ----------------------------------------------------------------------------
 

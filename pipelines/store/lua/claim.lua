@@ -33,7 +33,9 @@ step.t0 = step.t0 or now
 step.l = now + tonumber(ARGV[2])
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 if status == 'pending' then
-  redis.call('HSET', run, 'status', 'running', 'started_at', now)
+  redis.call('HSET', run, 'status', 'running', 'started_at', now, 'touched', now)
+else
+  redis.call('HSET', run, 'touched', now)
 end
 redis.call('PUBLISH', run, 'step')
 return {'run', step.n}
