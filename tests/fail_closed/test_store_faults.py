@@ -1,5 +1,6 @@
-"""Claims that meet Redis's error replies, completions that meet a stalled Redis (``CLIENT PAUSE``), and
-keyed messages whose record meets errors for longer than they may be tried again.
+"""Claims that meet Redis's error replies, completions that meet a stalled Redis (``CLIENT PAUSE``),
+keyed messages whose record meets errors for longer than they may be tried again, and the issue's case
+at its size: an 8 s pause during 500 three-step chains (about 40 s), then every dead letter replayed.
 
 A keyed actor (each message published twice) and two-step chains write every effect to a PostgreSQL
 table without a unique constraint. Whatever the store answers, no actor runs unguarded (a duplicate
@@ -24,7 +25,7 @@ from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 
 from pipelines import chain, step
 from pipelines.app import App
-from pipelines.errors import StoreUnavailable
+from pipelines.errors import RunTimeout, StoreUnavailable
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10
@@ -83,6 +84,13 @@ def drive(
         app.start(chain(step(actors["book"], f"r{n}"), step(actors["book"], f"r{n}")), args=(0,)) for n in range(RUNS)
     ]
     start_worker(app)
+    expected = {f"charge-{n}" for n in range(ORDERS)} | {f"book-r{n}-{v}" for n in range(RUNS) for v in (0, 1)}
+    return settle(app, runs, effects, expected, timeout_s=timeout_s)
+
+
+def settle(app: App, runs: list[Any], effects: Effects, expected: set[str], *, timeout_s: float) -> dict[str, Any]:
+    """Wait for every run to end (through a stalled store too) and the expected effects, then count what
+    became of them."""
     waited_until = time.monotonic() + timeout_s
     for run in runs:
         while True:
@@ -91,11 +99,10 @@ def drive(
                 break
             except StoreUnavailable:  # this process's reads meet the stall too: wait through it
                 assert time.monotonic() < waited_until, f"Redis unavailable for {timeout_s} s"
-    expected = {f"charge-{n}" for n in range(ORDERS)} | {f"book-r{n}-{v}" for n in range(RUNS) for v in (0, 1)}
+            except RunTimeout:
+                break  # counted as stuck below
     deadline = threading.Event()
-    for _ in range(int(timeout_s * 10)):
-        if set(effects.counts()) >= expected:
-            break
+    while not set(effects.counts()) >= expected and time.monotonic() < waited_until:
         deadline.wait(0.1)  # effects land in PostgreSQL: nothing to subscribe to
     counts = effects.counts()
     states = [run.status().state for run in runs]
@@ -247,3 +254,49 @@ def test_a_keyed_message_whose_record_meets_store_errors_carries_it_and_its_dupl
         "duplicated": 0,
         "dead-lettered": 0,
     }
+
+
+#: The issue's case: an 8 s pause during 500 three-step chains (6 runs were left running, 6 steps
+#: dead-lettered, 6 effects missing until replayed, and the replay ran the actor a second time).
+LOAD_CHAINS = 500
+LOAD_STEPS = 3
+LOAD_PAUSE_MS = 8_000
+
+
+@pytest.mark.timeout(180)
+def test_a_pause_during_500_three_step_chains_strands_loses_and_doubles_nothing_and_no_replay_runs_again(
+    make_app: Any, start_worker: Any, effects: Effects, ledger: Callable[[App], Ledger]
+) -> None:
+    app = make_app(store={"step_lease_s": 8}, worker={"time_limit_s": 5})
+    seen = ledger(app)
+
+    @dramatiq.actor(broker=app.broker, max_retries=3)
+    def leg(tag: str, value: int) -> int:
+        effects.apply(f"{tag}:{value}")
+        return value + 1
+
+    began = time.monotonic()
+    runs = []
+    for first in range(0, LOAD_CHAINS, 100):
+        chains = [chain(*[step(leg, f"c{n}")] * LOAD_STEPS) for n in range(first, first + 100)]
+        runs += app.start_many(chains, args=(0,))
+    start_worker(app, threads=8)
+    expected = {f"c{n}:{value}" for n in range(LOAD_CHAINS) for value in range(LOAD_STEPS)}
+    # Mid-load: once a third of the steps have applied their effect, the whole Redis stops for 8 s.
+    seen.wait(lambda: sum(seen.ran.values()) >= len(expected) // 3, 60)
+    redis.Redis.from_url(REDIS_URL).execute_command("CLIENT", "PAUSE", LOAD_PAUSE_MS, "ALL")  # type: ignore[no-untyped-call]
+    figures = settle(app, runs, effects, expected, timeout_s=120)
+    figures["carried"] = sum(seen.carried.values())
+    # Replaying every dead letter (none is expected) must not run an actor again, nor leave a run going.
+    handled = seen.ran + seen.dropped
+    replayed = app.dead_letters.replay_all()
+    seen.wait(lambda: all(seen.ran[i] + seen.dropped[i] > handled[i] for i in replayed), 30)
+    after = settle(app, runs, effects, expected, timeout_s=30)
+    figures["seconds"] = round(time.monotonic() - began, 1)
+    print(f"\nfigures: CLIENT PAUSE {LOAD_PAUSE_MS} ms ALL during {LOAD_CHAINS} chains x {LOAD_STEPS} steps: {figures}")
+    print(f"figures: after replaying {len(replayed)} dead letter(s): {after}")
+
+    settled = {"runs": LOAD_CHAINS, "succeeded": LOAD_CHAINS, "stuck": 0, "lost": 0, "duplicated": 0}
+    assert {key: figures[key] for key in settled} == settled
+    assert figures["dead-lettered"] == 0
+    assert {key: after[key] for key in settled} == settled  # a replay ran nothing a second time
