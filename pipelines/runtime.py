@@ -256,36 +256,41 @@ class Runtime:
             if carrier:
                 message.options[opt.TRACE] = dict(carrier)
         trace_id = span.get_span_context().trace_id if span is not None else None
-        # Where steps start, the first ones too: the stall sweep publishes from there what nothing advances.
-        starts = {ROOT: plan.entry, **plan.starts}
+        starts = {n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()}
+        entries = {n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()}
+        first = self._first_steps_kept(broker, plan.entry, args, kwargs)
+        if first is not None:  # where steps start, the first ones too: the stall sweep publishes from there
+            starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in plan.entry]
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
             steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
-            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in starts.items()},
-            entries={n: [leaf.node for leaf in ls] for n, ls in starts.items()},
+            starts=starts,
+            entries=entries,
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
             deadline_s=deadline_s,
             trace_id=format(trace_id, "032x") if trace_id is not None else None,
-            first_input=self._first_input(broker, plan.entry, args, kwargs),
+            first_input=first[1] if first is not None else None,
             delay_ms=delay_ms,
         )
         return record, messages
 
-    def _first_input(
+    def _first_steps_kept(
         self, broker: PipelineBroker, entry: Sequence[Leaf], args: tuple[Any, ...], kwargs: Mapping[str, Any] | None
-    ) -> str | None:
-        """What the first steps receive, as the store keeps it: sealed when one of their actors encrypts
-        (its arguments travel sealed, and must not rest in the store in the clear). None for arguments
-        that are not JSON, which their publish refuses with the reason."""
+    ) -> tuple[str, str] | None:
+        """The first steps as the store keeps them for the stall sweep: their leaves and what they receive
+        (JSON), both sealed when one of their actors encrypts (their arguments travel sealed, and must
+        not rest in the store in the clear). None for arguments that are not JSON, which the publish
+        refuses with the reason."""
         try:
+            leaves = encode_value([leaf.to_json() for leaf in entry])
             given = encode_value([list(args), dict(kwargs or {})])
         except DefinitionError:
             return None
         if self.sealer is not None and any(encrypts(broker.actors[leaf.actor_name]) for leaf in entry):
-            return orjson.dumps(self.sealer.seal(orjson.loads(given))).decode()
-        return given
+            leaves, given = (orjson.dumps(self.sealer.seal(orjson.loads(text))).decode() for text in (leaves, given))
+        return leaves, given
 
     # -- worker side ----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from pipelines.broker.common import PipelineBroker
 from pipelines.context import correlation
 from pipelines.plan import Leaf
 from pipelines.runtime import Runtime
+from pipelines.sealing import Unsealable
 from pipelines.step_messages import StepInput, step_messages
 from pipelines.store.base import StallCheck, StalledGroup
 from pipelines.store.roles import StallChecks
@@ -90,14 +91,19 @@ class StallSweep:
 
     def _messages(self, check: StallCheck, group: StalledGroup) -> list[dramatiq.Message[Any]]:
         idle = set(group.steps)
-        leaves = [Leaf.from_json(data) for data in orjson.loads(group.leaves_json) if data["node"] in idle]
-        given = orjson.loads(group.input_json)
-        if isinstance(given, dict):  # the first steps' input, sealed as a whole (one of their actors encrypts)
-            if self.runtime.sealer is None:
-                raise ValueError(f"the first steps' input of run {check.run_id} is sealed, and no keys are set")
-            given = self.runtime.sealer.open(given)
-        args, kwargs = given
+        leaves = [Leaf.from_json(data) for data in self._opened(group.leaves_json) if data["node"] in idle]
+        args, kwargs = self._opened(group.input_json)
         return step_messages(leaves, run_id=check.run_id, pipeline=check.pipeline, given=StepInput(tuple(args), kwargs))
+
+    def _opened(self, text: str) -> Any:
+        """A list the store keeps (leaves, or what they receive), opened if it was sealed as a whole (the
+        first steps', when one of their actors encrypts: a list is never kept sealed otherwise)."""
+        kept = orjson.loads(text)
+        if isinstance(kept, dict):
+            if self.runtime.sealer is None:
+                raise Unsealable("The run's first steps are kept sealed, and [encryption] keys is empty.")
+            kept = self.runtime.sealer.open(kept)
+        return kept
 
     def _failed(self, check: StallCheck) -> None:
         logger.error("Run %s failed at step %s: %s.", check.run_id, check.step or "(none)", check.error)
