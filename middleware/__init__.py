@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pipelines.middleware.profiles import Profiles
     from pipelines.middleware.rate_limits import RateLimits
     from pipelines.middleware.schedules import Schedules
+    from pipelines.middleware.stalled_runs import StalledRuns
     from pipelines.middleware.time_limit import ActorTimeLimit
     from pipelines.middleware.timeout import Timeout, TimeoutTooLong
     from pipelines.middleware.tracing import Tracing
@@ -38,6 +39,7 @@ __all__ = [
     "Profiles",
     "RateLimits",
     "Schedules",
+    "StalledRuns",
     "Timeout",
     "TimeoutTooLong",
     "Tracing",
@@ -57,6 +59,7 @@ _EXPORTS = {
     "Profiles": "pipelines.middleware.profiles",
     "RateLimits": "pipelines.middleware.rate_limits",
     "Schedules": "pipelines.middleware.schedules",
+    "StalledRuns": "pipelines.middleware.stalled_runs",
     "Timeout": "pipelines.middleware.timeout",
     "TimeoutTooLong": "pipelines.middleware.timeout",
     "Tracing": "pipelines.middleware.tracing",

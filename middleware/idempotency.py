@@ -8,6 +8,12 @@ counted, logged once), a key held by another worker is put off until that worker
 lapses. The key is recorded done only after success, so a failure leaves it free for the retry.
 Pipeline steps are keyed by their run and step already (``PipelineSteps``) and are left alone here.
 
+Recording a key done survives a store that stalls (``pipelines.recording``): it is tried again within
+the key's lease, and if it still cannot be done the key travels with a copy of the message put off in the
+delay queues (``idempotency_done``), whose delivery records it without running the actor again; a
+duplicate meanwhile finds the key held and is put off. A release after a failure is tried once: a key
+left held only makes the retry wait for the lease to lapse.
+
 A worker killed between an actor's side effect and the completion record re-runs the message once its
 lease lapses: make the effect itself keyed (a unique constraint, an upsert) for exactly-once effects.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -25,10 +32,11 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
 from pipelines import wire_options
-from pipelines.deferral import put_off, put_off_while_store_down
+from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.effects import enter_keyed
-from pipelines.errors import DefinitionError, InvalidActorOption, ServiceUnavailable
+from pipelines.errors import DefinitionError, InvalidActorOption, PublishError, ServiceUnavailable
 from pipelines.outcome import KeyClaim, fail_message, outcome_of
+from pipelines.recording import carry, record_within_lease
 from pipelines.store.roles import KeyClaims
 
 logger = logging.getLogger(__name__)
@@ -82,6 +90,10 @@ class Idempotency(Middleware):
         return None if key is None else f"{message.actor_name}:{key}"
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        carried = wire_options.key_done(message.options)
+        if carried is not None:
+            self._record_carried(broker, message, carried)
+            raise SkipMessage
         try:
             key = self.key_of(broker, message)
         except DefinitionError as e:
@@ -92,13 +104,14 @@ class Idempotency(Middleware):
         if key is None:
             return
         holder = uuid.uuid4().hex
+        lease_end = time.monotonic() + self.lease_ms / 1000
         try:
             outcome, wait_ms = self.store.claim_key(key, holder=holder, lease_ms=self.lease_ms)
         except ServiceUnavailable as e:
             put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         if outcome == "run":
-            outcome_of(message).key_claim = KeyClaim(key, holder)
+            outcome_of(message).key_claim = KeyClaim(key, holder, lease_end)
             enter_keyed(key)
             return
         if outcome == "done":
@@ -117,26 +130,46 @@ class Idempotency(Middleware):
         result: Any | None = None,
         exception: BaseException | None = None,
     ) -> None:
-        self._settle(message, succeeded=exception is None)
+        self._settle(broker, message, succeeded=exception is None)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         # A hook after this one stopped the message after its key was claimed: let the key go at once,
         # so the copy that was put off (or replayed) does not wait for the lease to lapse.
-        self._settle(message, succeeded=False)
+        self._settle(broker, message, succeeded=False)
 
-    def _settle(self, message: dramatiq.broker.MessageProxy, *, succeeded: bool) -> None:
+    def _settle(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, *, succeeded: bool) -> None:
         claim = outcome_of(message).key_claim
         if claim is None:
             return
         enter_keyed(None)
         outcome_of(message).key_claim = None
-        key, holder = claim
+        if succeeded:
+            self._finish(broker, message, claim)
+            return
         try:
-            if succeeded:
-                self.store.finish_key(key, retention_s=self.retention_s)
-            else:
-                self.store.release_key(key, holder=holder)
-        except ServiceUnavailable:
-            # Not recorded: a redelivery may run again once the lease lapses; the message itself is
-            # settled as usual. Failing it here would dead-letter work that succeeded.
-            logger.exception("Could not record idempotency key %r of %s.", key, message.message_id)
+            self.store.release_key(claim.key, holder=claim.holder)
+        except ServiceUnavailable as e:
+            # Held until its lease lapses: the retry waits that long, and still runs once.
+            logger.warning("Could not release idempotency key %r of %s: %s", claim.key, message.message_id, e)
+
+    def _finish(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, claim: KeyClaim) -> None:
+        """Record the key done, within its lease; else a copy of the message carries it to be recorded."""
+        try:
+            record_within_lease(
+                lambda: self.store.finish_key(claim.key, retention_s=self.retention_s),
+                lease_end=claim.lease_end,
+                what=f"idempotency key {claim.key!r} done",
+            )
+        except (ServiceUnavailable, PublishError) as e:
+            why = f"idempotency key {claim.key!r} could not be recorded done yet ({e})"
+            carry(broker, message, opt.KEY_DONE, claim.key, why)
+
+    def _record_carried(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, key: str) -> None:
+        """Record a key a message carries (its actor ran already) done; put it off again while the store
+        does not answer."""
+        try:
+            self.store.finish_key(key, retention_s=self.retention_s)
+        except ServiceUnavailable as e:
+            put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, f"its idempotency key could not be recorded yet ({e})")
+            return
+        logger.info("Recorded idempotency key %r done, carried by %s.", key, message.message_id)

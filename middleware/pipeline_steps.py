@@ -5,11 +5,11 @@ duplicate of a finished step, whose continuation is re-driven if it never starte
 (another worker holds its lease). After it ran, the result is recorded and what follows is published;
 a failure is recorded, and fails the run once the retries are exhausted.
 
-Recording survives a store that stalls or fails for a while: it is tried again for up to
-``COMPLETION_RETRY_S`` (within the step's lease), and if it still cannot be done the result travels
-with a copy of the message, put off in the delay queues: that copy records the result and advances
-the run without running the actor again (``pipeline_result``), as often as needed until the store
-answers. A dead letter of such a copy keeps the result too, so its replay records it. A final failure
+Recording survives a store that stalls or fails for a while (``pipelines.recording``): it is tried
+again for up to ``RECORD_RETRY_S`` (within the step's lease), and if it still cannot be done the result
+travels with a copy of the message, put off in the delay queues: that copy records the result and
+advances the run without running the actor again (``pipeline_result``), as often as needed until the
+store answers. A dead letter of such a copy keeps the result too, so its replay records it. A final failure
 that cannot be recorded travels the same way (``pipeline_failure``): the copy records it, failing the
 run, and is then dead-lettered with it, so no run is left running for want of its record. Must come before ``Backoff``
 in the middleware list, so that its ``after_process_message`` sees whether the failure was final.
@@ -42,6 +42,7 @@ from pipelines.errors import (
 )
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
+from pipelines.recording import carry, record_within_lease
 from pipelines.runtime import Runtime
 from pipelines.store.roles import StepProgress
 
@@ -49,10 +50,6 @@ logger = logging.getLogger(__name__)
 
 #: Longest a copy of a step held by another worker waits before it looks again, in ms.
 BUSY_RECHECK_MS = 30_000
-#: Longest a worker keeps trying to record a finished step before its result travels with a copy, in s.
-COMPLETION_RETRY_S = 15.0
-#: First and longest pause between those tries, in s.
-COMPLETION_BACKOFF_S = (0.25, 4.0)
 
 _in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("in_pipeline_step", default=False)
 #: When (monotonic s) the lease of the step this thread runs lapses.
@@ -188,35 +185,15 @@ class PipelineSteps(Middleware):
             self.runtime.fail(message, address, e, final=True)
             fail_message(message, "permanent error", e)
             return
-        deadline = min(time.monotonic() + COMPLETION_RETRY_S, _lease_end.get() - COMPLETION_BACKOFF_S[1])
-        pause, longest = COMPLETION_BACKOFF_S
-        while True:
-            try:
-                self.runtime.advance(pipeline_broker(broker), message, address, value)
-            except (ServiceUnavailable, PublishError) as e:
-                if time.monotonic() + pause > deadline:
-                    self._carry(broker, message, address, value, e)
-                    return
-                logger.warning(
-                    "Could not record step %s of run %s yet (%s); trying again.", address.node, address.run_id, e
-                )
-            else:
-                return
-            time.sleep(pause)
-            pause = min(pause * 2, longest)
-
-    def _carry(
-        self,
-        broker: dramatiq.broker.Broker,
-        message: dramatiq.broker.MessageProxy,
-        address: StepAddress,
-        value: str,
-        error: Exception,
-    ) -> None:
-        """Put the message off with its result, so its next delivery records it without running the actor."""
-        message.options[opt.STEP_RESULT] = value
-        why = f"the result of step {address.node} of run {address.run_id} could not be recorded yet ({error})"
-        put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, why)
+        try:
+            record_within_lease(
+                lambda: self.runtime.advance(pipeline_broker(broker), message, address, value),
+                lease_end=_lease_end.get(),
+                what=f"step {address.node} of run {address.run_id}",
+            )
+        except (ServiceUnavailable, PublishError) as e:
+            why = f"the result of step {address.node} of run {address.run_id} could not be recorded yet ({e})"
+            carry(broker, message, opt.STEP_RESULT, value, why)
 
     def _carry_failure(
         self,
@@ -230,9 +207,9 @@ class PipelineSteps(Middleware):
         running. If the copy cannot be put off either, this delivery is dead-lettered with the failure."""
         outcome = outcome_of(message)
         reason = outcome.failure or "retries exhausted"
-        message.options[opt.STEP_FAILURE] = {"reason": reason, "error_type": error_name(error), "error": str(error)}
+        failure = {"reason": reason, "error_type": error_name(error), "error": str(error)}
         why = f"the failure of step {address.node} of run {address.run_id} could not be recorded yet"
-        put_off(broker, message, STORE_DOWN_RETRY_DELAY_MS, why)
+        carry(broker, message, opt.STEP_FAILURE, failure, why)
         if outcome.deferred:
             message.failed = False  # the copy carries the failure: this delivery is let go
 

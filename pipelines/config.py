@@ -133,6 +133,8 @@ class StoreConfig(_Section):
     max_result_bytes: int = Field(default=1_048_576, gt=0)
     step_lease_s: float = Field(default=660.0, gt=0)
     idempotency_retention_s: int = Field(default=7 * 86400, ge=1)
+    stalled_run_after_s: float | None = Field(default=None, gt=0)
+    stalled_run_redrives: int = Field(default=3, ge=0)
 
     @field_validator("url")
     @classmethod
@@ -142,6 +144,13 @@ class StoreConfig(_Section):
     @property
     def is_memory(self) -> bool:
         return self.url.startswith("memory://")
+
+    @property
+    def stalled_after_s(self) -> float:
+        """How long a run no step holds a live lease of, touched by nothing, waits before the stall sweep
+        re-drives it: ``stalled_run_after_s``, else twice ``step_lease_s`` (a lease, and as long again for
+        a copy put off or a retry waiting in the delay queues to come back)."""
+        return self.stalled_run_after_s or 2 * self.step_lease_s
 
 
 class RetriesConfig(_Section):

@@ -132,6 +132,17 @@ def pipeline_runs_key(namespace: str, pipeline: str) -> str:
     return f"{namespace}:runs:p:{pipeline}"
 
 
+def running_runs_key(namespace: str) -> str:
+    """Run-store key of the index of the namespace's running runs by when each was last touched (epoch
+    ms, as the stall sweep last saw it): the sweep reads only the entries older than its threshold."""
+    return f"{namespace}:runs:running"
+
+
+def stall_sweep_key(namespace: str) -> str:
+    """Run-store key of the stall sweep's clock: when it last looked, and since when without a gap."""
+    return f"{namespace}:stalls"
+
+
 def lease_key(namespace: str, lease_id: str) -> str:
     """Run-store key of a long-running job's lease: its holder, expiry and message."""
     return f"{namespace}:lease:{lease_id}"

@@ -22,6 +22,9 @@ STEP_RESULT: Final = "pipeline_result"
 #: Message option: a step's final failure ({"reason", "error_type", "error"}) that the run store could not
 #: record; the message carries it so that its next delivery records it, then is dead-lettered with it.
 STEP_FAILURE: Final = "pipeline_failure"
+#: Message option: the idempotency key a standalone message ran for, which the run store could not record
+#: done when it ran; the message carries it so that its next delivery records it without running the actor.
+KEY_DONE: Final = "idempotency_done"
 #: Message option: the name of the registered pipeline a step belongs to.
 PIPELINE: Final = "pipeline_name"
 

@@ -22,10 +22,12 @@ _SLOT = "_pipelines_outcome"
 
 
 class KeyClaim(NamedTuple):
-    """An idempotency key this delivery claimed, and the holder token the claim was made with."""
+    """An idempotency key this delivery claimed, the holder token the claim was made with, and when
+    (``time.monotonic()``, s) the claim's lease lapses."""
 
     key: str
     holder: str
+    lease_end: float = 0.0
 
 
 @dataclass(slots=True)

@@ -27,13 +27,14 @@ from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id, worker_id
 from pipelines.deadlines import schedule_deadline_checks
 from pipelines.errors import (
+    DefinitionError,
     ResultTooLarge,
     ServiceUnavailable,
     UnknownActor,
     error_name,
 )
 from pipelines.naming import run_id_for_key
-from pipelines.plan import Leaf, StepAddress, compile_plan
+from pipelines.plan import ROOT, Leaf, StepAddress, compile_plan
 from pipelines.sealing import Sealer, encrypts
 from pipelines.step_messages import StepInput, _check_arguments, step_messages
 from pipelines.store.base import Advance, Claim, NewRun
@@ -164,6 +165,7 @@ class Runtime:
                     pipeline=names[index],
                     idempotency_key=idempotency_key,
                     deadline_s=deadline_s,
+                    delay_ms=delay_ms or 0,
                     span=spans[index] if spans else None,
                 )
                 for index, (node, args, kwargs) in enumerate(runs)
@@ -237,6 +239,7 @@ class Runtime:
         pipeline: str,
         idempotency_key: str | None,
         deadline_s: float | None,
+        delay_ms: int,
         span: trace.Span | None,
     ) -> tuple[NewRun, list[dramatiq.Message[Any]]]:
         plan = compile_plan(node)
@@ -261,19 +264,26 @@ class Runtime:
             if carrier:
                 message.options[opt.TRACE] = dict(carrier)
         trace_id = span.get_span_context().trace_id if span is not None else None
+        starts = {
+            n: orjson.dumps([self._as_stored(broker, leaf).to_json() for leaf in ls]).decode()
+            for n, ls in plan.starts.items()
+        }
+        entries = {n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()}
+        first = self._first_steps_kept(broker, plan.entry, args, kwargs)
+        if first is not None:  # where steps start, the first ones too: the stall sweep publishes from there
+            starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in plan.entry]
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
             steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
-            starts={
-                n: orjson.dumps([self._as_stored(broker, leaf).to_json() for leaf in ls]).decode()
-                for n, ls in plan.starts.items()
-            },
-            entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
+            starts=starts,
+            entries=entries,
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
             deadline_s=deadline_s,
             trace_id=format(trace_id, "032x") if trace_id is not None else None,
+            first_input=first[1] if first is not None else None,
+            delay_ms=delay_ms,
         )
         return record, messages
 
@@ -284,6 +294,22 @@ class Runtime:
             return leaf
         args, kwargs = self.sealer.seal_arguments(actor, leaf.args, dict(leaf.kwargs))
         return dataclasses.replace(leaf, args=args, kwargs=kwargs)
+
+    def _first_steps_kept(
+        self, broker: PipelineBroker, entry: Sequence[Leaf], args: tuple[Any, ...], kwargs: Mapping[str, Any] | None
+    ) -> tuple[str, str] | None:
+        """The first steps as the store keeps them for the stall sweep: their leaves and what they receive
+        (JSON), both sealed when one of their actors encrypts (their arguments travel sealed, and must
+        not rest in the store in the clear). None for arguments that are not JSON, which the publish
+        refuses with the reason."""
+        try:
+            leaves = encode_value([leaf.to_json() for leaf in entry])
+            given = encode_value([list(args), dict(kwargs or {})])
+        except DefinitionError:
+            return None
+        if self.sealer is not None and any(encrypts(broker.actors[leaf.actor_name]) for leaf in entry):
+            leaves, given = (orjson.dumps(self.sealer.seal(orjson.loads(text))).decode() for text in (leaves, given))
+        return leaves, given
 
     # -- worker side ----------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from pipelines.middleware import (
     Profiles,
     RateLimits,
     Schedules,
+    StalledRuns,
     Timeout,
     Tracing,
 )
@@ -33,6 +34,7 @@ from pipelines.middleware.backoff import import_exceptions
 from pipelines.rate_limits import RateLimiter, slot_grace_ms
 from pipelines.runtime import Runtime
 from pipelines.schedules import SCHEDULE_SKIP_DELAY_S
+from pipelines.stalls import StallSweep
 from pipelines.store import RunStore
 from pipelines.telemetry import tail_keeping
 
@@ -69,6 +71,8 @@ def build_middleware(
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
       released) or scheduled another attempt.
+    - ``StalledRuns`` comes right after ``PipelineSteps``: it keeps alive the run of a step only once
+      the step claimed it, and sweeps for runs nothing advances (a thread of its own).
     - ``Leases`` comes after both: a long-running job is acknowledged and leased only once it is sure
       to run, and its lease is closed after ``Backoff`` decided on a retry.
     - ``DeadLetter`` only acts just before a rejection, which comes after every other hook.
@@ -107,6 +111,15 @@ def build_middleware(
             retention_s=settings.store.idempotency_retention_s,
         ),
         PipelineSteps(runtime=runtime, store=store, system_timeout_s=system_timeout_s),
+        StalledRuns(
+            sweep=StallSweep(
+                store=store,
+                runtime=runtime,
+                stalled_after_s=settings.store.stalled_after_s,
+                redrives=settings.store.stalled_run_redrives,
+            ),
+            store=store,
+        ),
         Leases(
             runtime=runtime,
             store=store,

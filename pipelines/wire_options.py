@@ -141,6 +141,14 @@ def idempotency_key(options: Mapping[str, Any]) -> str | None:
     return key
 
 
+def key_done(options: Mapping[str, Any]) -> str | None:
+    """An idempotency key the message's actor ran for, carried because the run store could not record it."""
+    key = _text(options, opt.KEY_DONE)
+    if key == "":
+        raise MalformedOption(opt.KEY_DONE, key, "a non-empty string")
+    return key
+
+
 def schema_version(options: Mapping[str, Any]) -> int | None:
     return _whole(options, opt.SCHEMA_VERSION, 1)
 
@@ -234,6 +242,7 @@ def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> N
     rate_slot_ms(options)
     pipeline_rate_limit(options)
     idempotency_key(options)
+    key_done(options)
     schema_version(options)
     step_result(options)
     step_failure(options)

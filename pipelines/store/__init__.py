@@ -23,7 +23,18 @@ What running the scripts in process costs, measured 2026-12-01 on this project's
 from __future__ import annotations
 
 from pipelines.config import StoreConfig
-from pipelines.store.base import Advance, Claim, DeadlineCheck, LeaseCheck, NewRun, RunStatus, SlotTake, StepStatus
+from pipelines.store.base import (
+    Advance,
+    Claim,
+    DeadlineCheck,
+    LeaseCheck,
+    NewRun,
+    RunStatus,
+    SlotTake,
+    StallCheck,
+    StalledGroup,
+    StepStatus,
+)
 from pipelines.store.embedded import EMBEDDED_URL, embedded_store
 from pipelines.store.redis import RedisRunStore
 from pipelines.store.roles import (
@@ -37,6 +48,7 @@ from pipelines.store.roles import (
     RunStore,
     RunViews,
     ScheduleTicks,
+    StallChecks,
     StepProgress,
     StepReplays,
     StoreLifecycle,
@@ -62,6 +74,9 @@ __all__ = [
     "RunViews",
     "ScheduleTicks",
     "SlotTake",
+    "StallCheck",
+    "StallChecks",
+    "StalledGroup",
     "StepProgress",
     "StepReplays",
     "StepStatus",

@@ -47,15 +47,21 @@ class NewRun:
     steps: Sequence[tuple[str, str]]
     """(step id, actor name) for every step, in plan order."""
     starts: Mapping[str, str]
-    """Chain continuations: step id → JSON list of the leaves that start there."""
+    """Where steps start: step id → JSON list of the leaves that start there (each chain continuation,
+    and the run's first steps under the root's id, ``plan.ROOT``)."""
     entries: Mapping[str, Sequence[str]]
-    """Chain continuations: step id → ids of those leaves."""
+    """Where steps start: step id → ids of those leaves."""
     idempotency_key: str | None = None
     correlation_id: str | None = None
     deadline_s: float | None = None
     """Seconds from creation after which no further step starts and the run fails."""
     trace_id: str | None = None
     """The run's trace (hex), to find it in Jaeger."""
+    first_input: str | None = None
+    """What the first steps receive after their own bound arguments: JSON ``[args, kwargs]`` (sealed
+    when one of their actors encrypts), kept so that the stall sweep can publish them again."""
+    delay_ms: int = 0
+    """How long after the run is created its first steps are due (a start delay), in ms."""
 
 
 @dataclass(frozen=True)
@@ -251,3 +257,38 @@ class SlotTake:
     """0: the slot is taken and the message runs now; else how long it must wait, in ms."""
     slot_ms: int
     """The store's time of the slot (epoch ms): now, or the later slot reserved for the message."""
+
+
+@dataclass(frozen=True)
+class StalledGroup:
+    """Steps of a stalled run that start together, to publish again: where they start (``plan.ROOT`` or a
+    chain continuation), the leaves that start there (JSON), what they receive after their own bound
+    arguments (JSON ``[args, kwargs]``, maybe sealed) and the ids of those of them that are idle."""
+
+    node: str
+    leaves_json: str
+    input_json: str
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StallCheck:
+    """What the stall sweep found of one running run.
+
+    ``gone``: it ended (or is past retention). ``alive``: something touched it at ``touched_ms`` (epoch
+    ms), too recently to call it stalled. ``redrive``: nothing advanced it: publish ``groups`` again (its
+    ``redrive``-th re-drive without progress; the run counts as touched at ``touched_ms``). ``failed``:
+    re-driving did not help (or nothing could be re-driven), so it was failed with ``error``, naming
+    ``step``.
+    """
+
+    run_id: str
+    kind: Literal["gone", "alive", "redrive", "failed"]
+    touched_ms: int = 0
+    pipeline: str = ""
+    correlation_id: str | None = None
+    redrive: int = 0
+    groups: tuple[StalledGroup, ...] = ()
+    step: str | None = None
+    error: str | None = None
+    created_at_ms: int | None = None

@@ -1,9 +1,11 @@
 """The run store's index of runs: written beside the runs as they are created, read a page at a time.
 
 Two Redis sorted sets of run ids scored by creation time (epoch ms): every run of the namespace
-(``<namespace>:runs``) and each pipeline's (``<namespace>:runs:p:<pipeline>``). They are keys of their
-own, in other slots than the runs on a Redis Cluster, so they are written after the runs' scripts in
-the same round trip, not inside them; entries of runs created more than a retention ago are trimmed,
+(``<namespace>:runs``) and each pipeline's (``<namespace>:runs:p:<pipeline>``); and a third of the
+runs still going by when each was last touched (``<namespace>:runs:running``: created, with its start
+delay, then as the stall sweep saw it, which drops the runs that ended). They are keys of their own, in
+other slots than the runs on a Redis Cluster, so they are written after the runs' scripts in the same
+round trip, not inside them; entries of runs created more than a retention ago are trimmed,
 and the index's expiry renewed, as new runs come (at most once a second per index and process: each
 start adds its entry, not three commands). A page walks one index newest first, a slice per round
 trip, and reads the runs in the slice (a pipeline, which a cluster client splits by shard); a state is
@@ -20,7 +22,7 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
-from pipelines.naming import pipeline_runs_key, recent_runs_key, run_key
+from pipelines.naming import pipeline_runs_key, recent_runs_key, run_key, running_runs_key
 from pipelines.store import replies
 from pipelines.store.base import NewRun, RunPage, RunQuery, RunSummary
 
@@ -69,10 +71,12 @@ class RunIndex:
         keeps its place (NX)."""
         now_ms = int(time.time() * 1000)
         expired = f"({now_ms - self._retention_ms}"
-        indexes: dict[str, dict[str, int]] = {recent_runs_key(self._namespace): {}}
+        recent, running = recent_runs_key(self._namespace), running_runs_key(self._namespace)
+        indexes: dict[str, dict[str, int]] = {recent: {}, running: {}}
         for run in runs:
-            indexes[recent_runs_key(self._namespace)][run.run_id] = now_ms
+            indexes[recent][run.run_id] = now_ms
             indexes.setdefault(pipeline_runs_key(self._namespace, run.pipeline), {})[run.run_id] = now_ms
+            indexes[running][run.run_id] = now_ms + run.delay_ms
         now = time.monotonic()
         for index, entries in indexes.items():
             pipe.zadd(index, entries, nx=True)

@@ -1,7 +1,8 @@
 """Run store on Redis: one Lua script per operation, so every decision is atomic and costs one round trip.
 
 Keys (all under ``<namespace>:run:<id>``, all with the retention TTL): the run hash, ``:steps``
-(step id → JSON state), ``:starts``/``:entries`` (chain continuations), ``:results`` (results of
+(step id → JSON state), ``:starts``/``:entries`` (where steps start: the first steps and each chain
+continuation), ``:inputs`` (what the steps that started there receive), ``:results`` (results of
 steps that feed a chain) and ``:bar:<id>`` (one hash per parallel node: member index → result). State
 changes are published on the run key's channel, which is how ``wait`` blocks without polling. Each
 script's reply is decoded by its function in :mod:`pipelines.store.replies`.
@@ -10,7 +11,7 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
@@ -30,7 +31,7 @@ from pipelines.naming import (
     sweep_key,
     tick_key,
 )
-from pipelines.plan import Frame
+from pipelines.plan import ROOT, Frame
 from pipelines.redis_cluster import cluster_client, is_cluster_url
 from pipelines.store import replies
 from pipelines.store.answering import answering
@@ -49,10 +50,12 @@ from pipelines.store.base import (
     RunState,
     RunStatus,
     SlotTake,
+    StallCheck,
 )
 from pipelines.store.feed import RedisRunFeed
 from pipelines.store.index import RunIndex
 from pipelines.store.scripting import Scripts
+from pipelines.store.stalls import RunStalls
 from pipelines.store.thread_clients import ThreadClients
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
@@ -115,6 +118,13 @@ class RedisRunStore:
         self._tick_sweep = self._scripts.register("tick_sweep")
         self._reserve = self._scripts.register("reserve")
         self._rate_take = self._scripts.register("rate_take")
+        self._stalls = RunStalls(
+            client=self._redis,
+            scripts=self._scripts,
+            namespace=namespace,
+            retention_ms=self._retention_ms,
+            answering=self._answering,
+        )
 
     def _answering(self) -> AbstractContextManager[None]:
         return answering(self._url)
@@ -143,6 +153,8 @@ class RedisRunStore:
             run.correlation_id or "",
             round((run.deadline_s or 0) * 1000),
             run.trace_id or "",
+            run.first_input or "",
+            run.delay_ms,
         ]
         for node, actor in run.steps:
             args += [node, orjson.dumps({"a": actor, "s": "pending"})]
@@ -258,7 +270,8 @@ class RedisRunStore:
     def run_continuations(self, run_id: str) -> dict[str, str]:
         with self._answering():
             starts = cast(dict[bytes, bytes], self._redis.hgetall(self._key(run_id) + ":starts"))
-        return {replies.text(node): replies.text(leaves) for node, leaves in starts.items()}
+        # The first steps are kept there too (for the stall sweep), under the root's id: not a continuation.
+        return {replies.text(node): replies.text(leaves) for node, leaves in starts.items() if node != ROOT.encode()}
 
     def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
         # Where complete.lua keeps a result: with the barrier of the parallel node a step is a direct
@@ -369,6 +382,12 @@ class RedisRunStore:
         keys = [self._rate_key(key), f"{self._rate_key(key)}:runs"]
         args = [interval_ms, window_count, window_ms, held_ms, grace_ms]
         return replies.rate_take(self._run(self._rate_take, keys, args))
+
+    def keep_alive(self, run_ids: Collection[str]) -> int:
+        return self._stalls.keep_alive(run_ids)
+
+    def sweep_stalled(self, *, stalled_after_ms: int, redrives: int, gap_ms: int, limit: int) -> list[StallCheck]:
+        return self._stalls.sweep(stalled_after_ms=stalled_after_ms, redrives=redrives, gap_ms=gap_ms, limit=limit)
 
     def ping(self) -> None:
         with self._answering():

@@ -27,6 +27,8 @@ from pipelines.store.base import (
     RunStatus,
     RunSummary,
     SlotTake,
+    StallCheck,
+    StalledGroup,
     StepStatus,
     shown_step_state,
 )
@@ -175,6 +177,50 @@ def reserve(reply: Any) -> list[int]:
 def rate_take(reply: Any) -> SlotTake:
     """``rate_take.lua``: run now, or wait for the slot reserved."""
     return SlotTake(wait_ms=int(reply[0]), slot_ms=int(reply[1]))
+
+
+def touch(replies: Sequence[Any]) -> int:
+    """``touch.lua``, one reply per run: how many of the runs were still going (and were touched)."""
+    return sum(int(reply) for reply in replies)
+
+
+def stall_clock(reply: Any) -> tuple[int, int]:
+    """``stall_clock.lua``: the store's time now, and since when the sweep has looked without a gap (ms)."""
+    now_ms, resumed_ms = reply
+    return int(now_ms), int(resumed_ms)
+
+
+def stall(run_id: str, reply: Any) -> StallCheck:
+    """``stall.lua``: what the stall sweep found of one run."""
+    kind = text(reply[0])
+    if kind == "alive":
+        return StallCheck(run_id, "alive", touched_ms=int(reply[1]))
+    if kind == "redrive":
+        _, redrive, touched_ms, pipeline, correlation_id, *flat = reply
+        groups = tuple(
+            StalledGroup(text(node), text(leaves), text(given), tuple(text(ids).split()))
+            for node, leaves, given, ids in zip(flat[::4], flat[1::4], flat[2::4], flat[3::4], strict=True)
+        )
+        return StallCheck(
+            run_id,
+            "redrive",
+            touched_ms=int(touched_ms),
+            pipeline=text(pipeline),
+            correlation_id=text(correlation_id) or None,
+            redrive=int(redrive),
+            groups=groups,
+        )
+    if kind == "failed":
+        _, step, created_at, pipeline, error = reply
+        return StallCheck(
+            run_id,
+            "failed",
+            pipeline=text(pipeline),
+            step=text(step) or None,
+            error=text(error),
+            created_at_ms=int(created_at),
+        )
+    return StallCheck(run_id, "gone")
 
 
 def run_summary(run_id: str, fields: Sequence[Any], steps_total: Any) -> RunSummary | None:

@@ -12,6 +12,7 @@ StepReplays    a dead-lettered step reopened in its run         dead-letter repl
 OnceMarks      "this happened once" marks                       dead-letter replays
 KeyClaims      idempotency keys of standalone messages          the ``Idempotency`` middleware
 JobLeases      leases of long-running jobs                      the ``Leases`` middleware
+StallChecks    running runs kept alive, stalled ones found      the ``StalledRuns`` middleware
 ScheduleTicks  claims and sweeps of scheduled jobs' ticks       the ``Schedules`` middleware
 RateSlots      slots of rate limits                             ``RateLimiter``
 StoreLifecycle a health check and the connection's end          the app
@@ -23,7 +24,7 @@ StoreLifecycle a health check and the connection's end          the app
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from pipelines.plan import Frame
@@ -42,6 +43,7 @@ from pipelines.store.base import (
     RunState,
     RunStatus,
     SlotTake,
+    StallCheck,
 )
 
 
@@ -139,7 +141,8 @@ class RunPlans(Protocol):
 
     def run_continuations(self, run_id: str) -> dict[str, str]:
         """Where the run's chains continue: step id → JSON list of the leaves that start there
-        (``Leaf.to_json``, with their bound arguments). Empty for a run without any, or unknown."""
+        (``Leaf.to_json``, with their bound arguments). Empty for a run without any, or unknown. The run's
+        first steps, which the store keeps too, are not a continuation."""
 
     def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
         """The JSON result step ``node`` recorded, None until it has (or past retention).
@@ -216,6 +219,26 @@ class JobLeases(Protocol):
         """Take over a lease whose holder stopped renewing it (atomically: one watchdog wins)."""
 
 
+class StallChecks(Protocol):
+    """Runs still going that nothing advances any more: kept alive while a step runs, found when stalled."""
+
+    def keep_alive(self, run_ids: Collection[str]) -> int:
+        """Touch these runs (a step of each runs in the caller's process), so that no sweep takes them for
+        stalled; returns how many were still going."""
+
+    def sweep_stalled(self, *, stalled_after_ms: int, redrives: int, gap_ms: int, limit: int) -> list[StallCheck]:
+        """Look at up to ``limit`` running runs untouched for ``stalled_after_ms``, oldest first, found
+        through the index of running runs (never by scanning keys), and decide each atomically.
+
+        A run none of whose steps holds a live lease, touched by nothing for ``stalled_after_ms``, is
+        stalled: its idle steps (pending, retrying, or running past their lease, where steps started
+        already) are to be published again (``redrive``), each re-drive without a step finishing waiting
+        twice as long as the one before; after ``redrives`` of them, or when it has no step to publish,
+        the run is failed with the reason. The stall clock starts again after a sweep that comes more than
+        ``gap_ms`` after the previous one (the store, or every worker, was down meanwhile).
+        """
+
+
 class ScheduleTicks(Protocol):
     """Claims of scheduled jobs' ticks, so two schedulers run a tick once."""
 
@@ -274,6 +297,7 @@ class RunStore(
     OnceMarks,
     KeyClaims,
     JobLeases,
+    StallChecks,
     ScheduleTicks,
     RateSlots,
     StoreLifecycle,

@@ -26,6 +26,7 @@ from tests.pipelines.store.test_run_plans import *  # noqa: F403
 from tests.pipelines.store.test_run_steps import *  # noqa: F403
 from tests.pipelines.store.test_run_views import *  # noqa: F403
 from tests.pipelines.store.test_schedule_ticks import *  # noqa: F403
+from tests.pipelines.store.test_stall_checks import *  # noqa: F403
 from tests.pipelines.store.test_step_progress import *  # noqa: F403
 from tests.pipelines.store.test_step_replays import *  # noqa: F403
 from tests.pipelines.store.test_store_lifecycle import *  # noqa: F403

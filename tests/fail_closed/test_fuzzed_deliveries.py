@@ -36,9 +36,9 @@ json_values = st.recursive(
 #: Every option something reads, and a few nobody does.
 OPTION_NAMES = [
     "pipeline_step", "pipeline_branches", "retries", "max_retries", "min_backoff", "max_backoff", "time_limit",
-    "max_age", "eta", "idempotency_key", "schema_version", "pipeline_result", "pipeline_failure", "scheduled_at",
-    "catch_up_of", "partition", "correlation_id", "trace_context", "trace_links", "on_success", "on_failure",
-    "pipe_target", "pipe_ignore", "throws", "sealed", "event_topic", "custom",
+    "max_age", "eta", "idempotency_key", "idempotency_done", "schema_version", "pipeline_result", "pipeline_failure",
+    "scheduled_at", "catch_up_of", "partition", "correlation_id", "trace_context", "trace_links", "on_success",
+    "on_failure", "pipe_target", "pipe_ignore", "throws", "sealed", "event_topic", "custom",
 ]  # fmt: skip
 #: Values of the right shape, so that inputs get past screening and meet the middleware too.
 PLAUSIBLE = st.sampled_from(

@@ -1,4 +1,6 @@
-"""Claims that meet Redis's error replies, and completions that meet a stalled Redis (``CLIENT PAUSE``).
+"""Claims that meet Redis's error replies, completions that meet a stalled Redis (``CLIENT PAUSE``),
+keyed messages whose record meets errors for longer than they may be tried again, and the issue's case
+at its size: an 8 s pause during 500 three-step chains (about 40 s), then every dead letter replayed.
 
 A keyed actor (each message published twice) and two-step chains write every effect to a PostgreSQL
 table without a unique constraint. Whatever the store answers, no actor runs unguarded (a duplicate
@@ -9,34 +11,26 @@ development; in CI the suite has the shared one to itself.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from importlib import resources
+from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import dramatiq
 import pytest
 import redis
-from fail_closed_support import Effects
-from redis_proxy import ERROR_REPLIES, ErrorProxy
+from fail_closed_support import Effects, Ledger
+from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 
 from pipelines import chain, step
 from pipelines.app import App
-from pipelines.errors import StoreUnavailable
+from pipelines.errors import RunTimeout, StoreUnavailable
 from tests.fixtures import MakeApp, StartWorker
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10
 RUNS = 5
-
-
-def script_sha(name: str) -> bytes:
-    text = resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
-    return hashlib.sha1(text.encode()).hexdigest().encode()
 
 
 @pytest.fixture
@@ -52,10 +46,8 @@ def failing_claims() -> Iterator[ErrorProxy]:
                 return errors.pop(0) if errors else None
         return None
 
-    parts = urlsplit(REDIS_URL)
-    proxy = ErrorProxy((parts.hostname or "127.0.0.1", parts.port or 6379), inject)
-    yield proxy
-    proxy.close()
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy
 
 
 def declare(app: App, effects: Effects, *, pause_ms: int = 0) -> dict[str, dramatiq.Actor[Any, Any]]:
@@ -93,6 +85,13 @@ def drive(
         app.start(chain(step(actors["book"], f"r{n}"), step(actors["book"], f"r{n}")), args=(0,)) for n in range(RUNS)
     ]
     start_worker(app)
+    expected = {f"charge-{n}" for n in range(ORDERS)} | {f"book-r{n}-{v}" for n in range(RUNS) for v in (0, 1)}
+    return settle(app, runs, effects, expected, timeout_s=timeout_s)
+
+
+def settle(app: App, runs: list[Any], effects: Effects, expected: set[str], *, timeout_s: float) -> dict[str, Any]:
+    """Wait for every run to end (through a stalled store too) and the expected effects, then count what
+    became of them."""
     waited_until = time.monotonic() + timeout_s
     for run in runs:
         while True:
@@ -101,11 +100,10 @@ def drive(
                 break
             except StoreUnavailable:  # this process's reads meet the stall too: wait through it
                 assert time.monotonic() < waited_until, f"Redis unavailable for {timeout_s} s"
-    expected = {f"charge-{n}" for n in range(ORDERS)} | {f"book-r{n}-{v}" for n in range(RUNS) for v in (0, 1)}
+            except RunTimeout:
+                break  # counted as stuck below
     deadline = threading.Event()
-    for _ in range(int(timeout_s * 10)):
-        if set(effects.counts()) >= expected:
-            break
+    while not set(effects.counts()) >= expected and time.monotonic() < waited_until:
         deadline.wait(0.1)  # effects land in PostgreSQL: nothing to subscribe to
     counts = effects.counts()
     states = [run.status().state for run in runs]
@@ -123,8 +121,7 @@ def drive(
 def test_claims_that_meet_redis_error_replies_put_messages_off_and_no_effect_runs_twice(
     make_app: MakeApp, start_worker: StartWorker, effects: Effects, failing_claims: ErrorProxy
 ) -> None:
-    proxied = f"redis://127.0.0.1:{failing_claims.port}{urlsplit(REDIS_URL).path}"
-    app = make_app(store={"url": proxied, "step_lease_s": 8}, worker={"time_limit_s": 5})
+    app = make_app(store={"url": failing_claims.url(REDIS_URL), "step_lease_s": 8}, worker={"time_limit_s": 5})
     figures = run_scenario(app, start_worker, effects, timeout_s=60)
     print(f"\nfigures: claims meeting {sorted(set(failing_claims.injected))} x2 each: {figures}")
 
@@ -158,18 +155,15 @@ def failing_failures() -> Iterator[ErrorProxy]:
                 return errors.pop(0) if errors else None
         return None
 
-    parts = urlsplit(REDIS_URL)
-    proxy = ErrorProxy((parts.hostname or "127.0.0.1", parts.port or 6379), inject)
-    yield proxy
-    proxy.close()
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy
 
 
 @pytest.mark.timeout(120)
 def test_a_final_failure_the_store_cannot_record_yet_fails_its_run_later_with_one_dead_letter(
     make_app: MakeApp, start_worker: StartWorker, failing_failures: ErrorProxy
 ) -> None:
-    proxied = f"redis://127.0.0.1:{failing_failures.port}{urlsplit(REDIS_URL).path}"
-    app = make_app(store={"url": proxied})
+    app = make_app(store={"url": failing_failures.url(REDIS_URL)})
 
     @dramatiq.actor(broker=app.broker, max_retries=0)
     def refund(order_id: int) -> int:
@@ -194,3 +188,116 @@ def test_a_final_failure_the_store_cannot_record_yet_fails_its_run_later_with_on
     assert [(letter.reason.reason, letter.reason.error_type, letter.reason.error) for letter in letters] == [
         ("retries exhausted", "ValueError", "order 7 was never charged")
     ]
+
+
+#: Seconds for which the records of an idempotency key done get READONLY: longer than a key claimed
+#: under KEY_LEASE_S is tried again (its lease less the time the copy that carries it takes back).
+KEY_RECORD_ERRORS_S = 3.5
+KEY_LEASE_S = 12
+
+
+@pytest.fixture
+def failing_key_records() -> Iterator[ErrorProxy]:
+    """A proxy to the test Redis that answers READONLY to every record of an idempotency key done
+    (``SET <key> done``) for ``KEY_RECORD_ERRORS_S`` from that key's first one."""
+    first: dict[bytes, float] = {}
+    lock = threading.Lock()
+
+    def inject(command: list[bytes]) -> bytes | None:
+        if len(command) > 2 and command[0].upper() == b"SET" and command[2] == b"done":
+            with lock:
+                if time.monotonic() - first.setdefault(command[1], time.monotonic()) < KEY_RECORD_ERRORS_S:
+                    return ERROR_REPLIES["READONLY"]
+        return None
+
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy
+
+
+@pytest.mark.timeout(120)
+def test_a_keyed_message_whose_record_meets_store_errors_carries_it_and_its_duplicate_never_runs(
+    make_app: Any,
+    start_worker: Any,
+    effects: Effects,
+    failing_key_records: ErrorProxy,
+    ledger: Callable[[App], Ledger],
+) -> None:
+    app = make_app(store={"url": failing_key_records.url(REDIS_URL), "step_lease_s": KEY_LEASE_S})
+    seen = ledger(app)
+
+    @dramatiq.actor(broker=app.broker, idempotency_key=lambda order_id: f"charge-{order_id}", max_retries=3)
+    def charge(order_id: int) -> None:
+        effects.apply(f"charge-{order_id}")
+
+    for order_id in range(ORDERS):
+        charge.send(order_id)
+        charge.send(order_id)  # a publisher's retry: put off while the first holds the key, then skipped
+    start_worker(app)
+    # Each key: one delivery ran, a copy carried its record, and the duplicate was skipped once recorded.
+    seen.wait(lambda: sum(seen.carried.values()) >= ORDERS and sum(seen.dropped.values()) >= 2 * ORDERS, 60)
+    counts = effects.counts()
+    figures = {
+        "orders": ORDERS,
+        "ran": sum(seen.ran.values()),
+        "carried": sum(seen.carried.values()),
+        "lost": len({f"charge-{n}" for n in range(ORDERS)} - set(counts)),
+        "duplicated": sum(count - 1 for count in counts.values()),
+        "dead-lettered": len(app.dead_letters.list()),
+    }
+    print(f"\nfigures: records of keys done refused for {KEY_RECORD_ERRORS_S} s (lease {KEY_LEASE_S} s): {figures}")
+
+    assert failing_key_records.injected.count("READONLY") > ORDERS  # each key was tried more than once
+    assert figures == {
+        "orders": ORDERS,
+        "ran": ORDERS,
+        "carried": ORDERS,
+        "lost": 0,
+        "duplicated": 0,
+        "dead-lettered": 0,
+    }
+
+
+#: The issue's case: an 8 s pause during 500 three-step chains (6 runs were left running, 6 steps
+#: dead-lettered, 6 effects missing until replayed, and the replay ran the actor a second time).
+LOAD_CHAINS = 500
+LOAD_STEPS = 3
+LOAD_PAUSE_MS = 8_000
+
+
+@pytest.mark.timeout(180)
+def test_a_pause_during_500_three_step_chains_strands_loses_and_doubles_nothing_and_no_replay_runs_again(
+    make_app: Any, start_worker: Any, effects: Effects, ledger: Callable[[App], Ledger]
+) -> None:
+    app = make_app(store={"step_lease_s": 8}, worker={"time_limit_s": 5})
+    seen = ledger(app)
+
+    @dramatiq.actor(broker=app.broker, max_retries=3)
+    def leg(tag: str, value: int) -> int:
+        effects.apply(f"{tag}:{value}")
+        return value + 1
+
+    began = time.monotonic()
+    runs = []
+    for first in range(0, LOAD_CHAINS, 100):
+        chains = [chain(*[step(leg, f"c{n}")] * LOAD_STEPS) for n in range(first, first + 100)]
+        runs += app.start_many(chains, args=(0,))
+    start_worker(app, threads=8)
+    expected = {f"c{n}:{value}" for n in range(LOAD_CHAINS) for value in range(LOAD_STEPS)}
+    # Mid-load: once a third of the steps have applied their effect, the whole Redis stops for 8 s.
+    seen.wait(lambda: sum(seen.ran.values()) >= len(expected) // 3, 60)
+    redis.Redis.from_url(REDIS_URL).execute_command("CLIENT", "PAUSE", LOAD_PAUSE_MS, "ALL")  # type: ignore[no-untyped-call]
+    figures = settle(app, runs, effects, expected, timeout_s=120)
+    figures["carried"] = sum(seen.carried.values())
+    # Replaying every dead letter (none is expected) must not run an actor again, nor leave a run going.
+    handled = seen.ran + seen.dropped
+    replayed = app.dead_letters.replay_all()
+    seen.wait(lambda: all(seen.ran[i] + seen.dropped[i] > handled[i] for i in replayed), 30)
+    after = settle(app, runs, effects, expected, timeout_s=30)
+    figures["seconds"] = round(time.monotonic() - began, 1)
+    print(f"\nfigures: CLIENT PAUSE {LOAD_PAUSE_MS} ms ALL during {LOAD_CHAINS} chains x {LOAD_STEPS} steps: {figures}")
+    print(f"figures: after replaying {len(replayed)} dead letter(s): {after}")
+
+    settled = {"runs": LOAD_CHAINS, "succeeded": LOAD_CHAINS, "stuck": 0, "lost": 0, "duplicated": 0}
+    assert {key: figures[key] for key in settled} == settled
+    assert figures["dead-lettered"] == 0
+    assert {key: after[key] for key in settled} == settled  # a replay ran nothing a second time

@@ -19,6 +19,7 @@ from pipelines.middleware import (
     Profiles,
     RateLimits,
     Schedules,
+    StalledRuns,
     Timeout,
     Tracing,
 )
@@ -47,6 +48,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
         RateLimits,
         Idempotency,
         PipelineSteps,
+        StalledRuns,
         Leases,
         Backoff,
         DeadLetter,

@@ -303,7 +303,8 @@ def _raw_run(app: Any, run_id: str) -> bytes:
     client: Any = redis.Redis.from_url(app.settings.store.url)
     key = run_key(app.settings.namespace, run_id)
     values = [*client.hgetall(key).values(), *client.hgetall(key + ":steps").values()]
-    values += [*client.hgetall(key + ":results").values(), *client.hgetall(key + ":starts").values()]
+    for kept in (":results", ":starts", ":inputs"):  # inputs: what the stall sweep would publish again
+        values += [*client.hgetall(key + kept).values()]
     return b"\n".join(values)
 
 

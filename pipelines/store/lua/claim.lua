@@ -35,7 +35,9 @@ step.l = now + tonumber(ARGV[2])
 if ARGV[4] and ARGV[4] ~= '' then step.w = ARGV[4] end
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 if status == 'pending' then
-  redis.call('HSET', run, 'status', 'running', 'started_at', now)
+  redis.call('HSET', run, 'status', 'running', 'started_at', now, 'touched', now)
+else
+  redis.call('HSET', run, 'touched', now)
 end
 redis.call('PUBLISH', run, 'step')
 return {'run', step.n}

@@ -28,6 +28,7 @@ if not redrive then
   step.e = nil
   redis.call('HSET', run .. ':steps', node, cjson.encode(step))
   redis.call('HINCRBY', run, 'done', 1)
+  redis.call('HSET', run, 'touched', now)
   redis.call('PUBLISH', run, 'step')
 end
 if status ~= 'pending' and status ~= 'running' then return {'stopped', status} end
@@ -76,6 +77,9 @@ for _, frame in ipairs(frames) do
       local child = parent .. '.' .. (index + 1)
       if redrive and already_started(child) then return {'duplicate'} end
       if past_deadline() then return {'stopped', 'failed'} end
+      -- What the continuation's steps receive, kept so that the stall sweep can publish them again.
+      redis.call('HSET', run .. ':inputs', child, '[[' .. value .. '],{}]')
+      redis.call('PEXPIRE', run .. ':inputs', ttl)
       return {'start', child, value, redis.call('HGET', run .. ':starts', child), released, links, wait}
     end
   else
@@ -107,7 +111,7 @@ end
 
 redis.call('HSET', run, 'status', 'succeeded', 'result', value, 'finished_at', now)
 redis.call('PUBLISH', run, 'succeeded')
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
   redis.call('PEXPIRE', key, ttl)
 end
 return {'done', value, redis.call('HGET', run, 'created_at'), released, links, wait}

@@ -28,7 +28,7 @@ table.sort(running)
 local named = running[1] or ''
 redis.call('HSET', run, 'status', 'failed', 'error', 'deadline exceeded', 'finished_at', now)
 if named ~= '' then redis.call('HSET', run, 'failed_step', named) end
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[1]))
 end
 redis.call('PUBLISH', run, 'failed')

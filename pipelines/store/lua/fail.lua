@@ -12,6 +12,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 step.e = ARGV[2]
 step.l = nil
+redis.call('HSET', run, 'touched', now)
 if ARGV[3] == '1' then
   step.s = 'failed'
   step.t1 = now
@@ -23,7 +24,7 @@ local failed_run = 0
 if ARGV[3] == '1' and (status == 'pending' or status == 'running') then
   failed_run = 1
   redis.call('HSET', run, 'status', 'failed', 'error', ARGV[2], 'failed_step', ARGV[1], 'finished_at', now)
-  for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+  for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
     redis.call('PEXPIRE', key, tonumber(ARGV[4]))
   end
 end

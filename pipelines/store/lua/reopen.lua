@@ -14,12 +14,14 @@ if status == 'failed' then
 elseif status ~= 'pending' and status ~= 'running' then
   return {'stopped', status}
 end
+local t = redis.call('TIME')
+redis.call('HSET', run, 'touched', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 step.s = 'retrying'
 step.e = nil
 step.l = nil
 step.t1 = nil
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[2]))
 end
 redis.call('PUBLISH', run, 'reopened')

@@ -16,14 +16,19 @@ import orjson
 import pika
 import psycopg
 
+from pipelines import options as opt
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.outcome import outcome_of
 from tests.backends import AMQP_URL, POSTGRES_URL
 
+#: Options in which a copy of a message carries what its actor did, for its delivery to record.
+CARRIED = (opt.STEP_RESULT, opt.STEP_FAILURE, opt.KEY_DONE)
+
 
 class Ledger(dramatiq.Middleware):
-    """What became of each delivery, by message id: ran, dropped (acknowledged without running), put off.
+    """What became of each delivery, by message id: ran, dropped (acknowledged without running), put off;
+    and which dropped deliveries were copies that carried an outcome to record (``carried``).
 
     Dead letters are read from RabbitMQ (they are what the broker published, not what a hook saw).
     """
@@ -32,6 +37,7 @@ class Ledger(dramatiq.Middleware):
         self.ran: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
         self.deferred: Counter[str] = Counter()
+        self.carried: Counter[str] = Counter()
         self._changed = threading.Condition()
 
     def _count(self, table: Counter[str], message: dramatiq.broker.MessageProxy) -> None:
@@ -53,7 +59,10 @@ class Ledger(dramatiq.Middleware):
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         if message.failed:
             return  # dead-lettered: counted from RabbitMQ
-        self._count(self.deferred if getattr(outcome_of(message), "deferred", False) else self.dropped, message)
+        deferred = getattr(outcome_of(message), "deferred", False)
+        if not deferred and any(option in message.options for option in CARRIED):
+            self._count(self.carried, message)
+        self._count(self.deferred if deferred else self.dropped, message)
 
     def wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Block until ``done()`` holds (re-checked whenever a delivery ends, and every 0.2 s)."""
@@ -106,14 +115,17 @@ class RawPublisher:
 
 
 class Effects:
-    """A PostgreSQL table of effects with no unique constraint: a row per time an effect was applied."""
+    """A PostgreSQL table of effects: with no unique constraint, a row per time an effect was applied;
+    ``keyed``, the README's table whose primary key is the effect key (a row per key, however often
+    its effect was applied)."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, *, keyed: bool = False) -> None:
         self.table = table
         self._local = threading.local()
         self._opened: list[psycopg.Connection[Any]] = []
+        key = "effect_key text PRIMARY KEY" if keyed else "effect_key text NOT NULL"
         with psycopg.connect(POSTGRES_URL, autocommit=True) as connection:
-            connection.execute(f"CREATE TABLE {table} (effect_key text NOT NULL, at timestamptz DEFAULT now())")
+            connection.execute(f"CREATE TABLE {table} ({key}, at timestamptz DEFAULT now())")
 
     def _connection(self) -> psycopg.Connection[Any]:
         connection: psycopg.Connection[Any] | None = getattr(self._local, "connection", None)
@@ -127,12 +139,10 @@ class Effects:
         self._connection().execute(f"INSERT INTO {self.table} (effect_key) VALUES (%s)", (effect_key,))
 
     def apply_once(self, effect_key: str) -> None:
-        """Apply an effect keyed by ``effect_key``, as the README shows (no unique constraint here, so
-        that a second application would still show if the key were not stable)."""
+        """Apply an effect keyed by ``effect_key`` into a ``keyed`` table, as the README shows: a second
+        application with the same key changes nothing (one with another key shows as a row more)."""
         self._connection().execute(
-            f"INSERT INTO {self.table} (effect_key) SELECT %s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.table} WHERE effect_key = %s)",
-            (effect_key, effect_key),
+            f"INSERT INTO {self.table} (effect_key) VALUES (%s) ON CONFLICT (effect_key) DO NOTHING", (effect_key,)
         )
 
     def counts(self) -> Counter[str]:
@@ -191,6 +201,7 @@ CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
     "eta not a number": (lambda m: body(m, options={"eta": "soon"}), None, "eta"),
     "time_limit not a number": (lambda m: body(m, options={"time_limit": "x"}), None, "time_limit"),
     "idempotency key not a string": (lambda m: body(m, options={"idempotency_key": 5}), None, "idempotency_key"),
+    "carried key not a string": (lambda m: body(m, options={"idempotency_done": 5}), None, "idempotency_done"),
     "max_age not a number": (lambda m: body(m, options={"max_age": "x"}), None, "max_age"),
     "on_success not an actor": (lambda m: body(m, options={"on_success": 5}), None, "on_success"),
     "pipe_target not a message": (lambda m: body(m, options={"pipe_target": "x"}), None, "pipe_target"),

@@ -12,10 +12,14 @@ no pub/sub): enough for the store's scripts and pipelines.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from importlib import resources
 from typing import BinaryIO
+from urllib.parse import urlsplit
 
 #: Error replies as Redis words them.
 ERROR_REPLIES = {
@@ -99,6 +103,27 @@ class ErrorProxy:
             except (EOFError, OSError, ValueError):
                 return
 
+    def url(self, upstream_url: str) -> str:
+        """The URL of ``upstream_url``'s database through this proxy."""
+        return f"redis://127.0.0.1:{self.port}{urlsplit(upstream_url).path}"
+
     def close(self) -> None:
         self._stop.set()
         self.server.close()
+
+
+@contextlib.contextmanager
+def error_proxy(upstream_url: str, inject: Callable[[list[bytes]], bytes | None]) -> Iterator[ErrorProxy]:
+    """An :class:`ErrorProxy` to the Redis of ``upstream_url`` for the block."""
+    parts = urlsplit(upstream_url)
+    proxy = ErrorProxy((parts.hostname or "127.0.0.1", parts.port or 6379), inject)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def script_sha(name: str) -> bytes:
+    """The SHA1 by which the run store sends its script ``lua/<name>.lua`` (``EVALSHA <sha> ...``)."""
+    text = resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
+    return hashlib.sha1(text.encode()).hexdigest().encode()

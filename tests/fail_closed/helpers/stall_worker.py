@@ -1,5 +1,5 @@
 """The module `dramatiq` starts in the stall test: the app from PIPELINES_*, and one chain step that
-writes its effect to PostgreSQL, keyed by the effect key, and every execution to a second table."""
+writes its effect to PostgreSQL, keyed by the effect key (a primary key), and every execution to a second table."""
 
 from __future__ import annotations
 
@@ -36,9 +36,7 @@ def ledger_step(tag: str, value: int) -> int:
         connection.execute(f"INSERT INTO {TABLE}_runs (effect_key) VALUES (%s)", (f"{tag}:{value}",))
         key = pipelines.current_effect_key()
         connection.execute(  # keyed: applied once per effect key, as the README shows
-            f"INSERT INTO {TABLE} (effect_key) SELECT %s"
-            f" WHERE NOT EXISTS (SELECT 1 FROM {TABLE} WHERE effect_key = %s)",
-            (key, key),
+            f"INSERT INTO {TABLE} (effect_key) VALUES (%s) ON CONFLICT (effect_key) DO NOTHING", (key,)
         )
     except BaseException:
         # A time limit that interrupts a query leaves the connection mid-command: the retry opens another.

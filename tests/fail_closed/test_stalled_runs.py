@@ -1,0 +1,166 @@
+"""Runs that nothing advances any more are found by the stall sweep; a healthy long run is never touched.
+
+A step's completion meets an error reply from the store (a proxy answers READONLY to it), so its result
+travels with a copy of the message put off in the delay queues; the test then takes that copy away, as
+an operator's purge would, or as a dead letter nobody replays. Nothing is left in flight to advance the
+run: the sweep publishes its step again (the actor runs a second time, its keyed effect once), or, with
+no re-drive allowed, fails the run with the reason, after which replaying the dead letter records the
+result it carries without running the actor again. Beside it, a run whose one step runs longer than
+the step lease and the stall threshold together is kept alive by its worker and runs once. Effects are
+counted in PostgreSQL: every execution (no unique constraint) and the keyed effect (the README's
+``ON CONFLICT (effect_key) DO NOTHING``). Figures are printed (``-s``); about 15 s a case.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import dramatiq
+import pika
+import pytest
+from fail_closed_support import Effects
+from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
+
+import pipelines
+from pipelines import chain, naming, step
+from pipelines.app import App
+from pipelines.dead_letters import DeadLetterReason, now_iso
+from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS
+from pipelines.store import RedisRunStore, RunStatus
+from tests.backends import AMQP_URL
+
+REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+LEASE_S = 2
+STALLED_AFTER_S = 4
+LONG_STEP_S = 8  # longer than the lease and the stall threshold together
+
+
+@pytest.fixture
+def effect_tables(effects: Effects) -> Iterator[tuple[Effects, Effects]]:
+    """Every execution (no unique constraint), and the keyed effects (the README's primary key)."""
+    keyed = Effects(f"{effects.table}_keyed", keyed=True)
+    yield effects, keyed
+    keyed.drop()
+
+
+@pytest.fixture
+def failing_completion() -> Iterator[tuple[ErrorProxy, list[bytes]]]:
+    """A proxy to the test Redis that answers READONLY to the first completion (``complete.lua``) of
+    the run whose id the test puts in the list it is given with it."""
+    sha = script_sha("complete")
+    target: list[bytes] = []
+    lock = threading.Lock()
+
+    def inject(command: list[bytes]) -> bytes | None:
+        if len(command) > 3 and command[0].upper() == b"EVALSHA" and command[1] == sha:
+            with lock:
+                if target and target[0] in command[3]:
+                    target.clear()
+                    return ERROR_REPLIES["READONLY"]
+        return None
+
+    with error_proxy(REDIS_URL, inject) as proxy:
+        yield proxy, target
+
+
+def watch(app: App) -> RedisRunStore:
+    """A store to wait for runs on: the test Redis itself (the proxy does not carry pub/sub)."""
+    return RedisRunStore(url=REDIS_URL, namespace=app.settings.namespace, retention_s=3600)
+
+
+def ended(store: RedisRunStore, run_id: str) -> RunStatus:
+    status = store.wait_run(run_id, 60)
+    assert status is not None
+    return status
+
+
+def take_carried_copy(app: App, timeout_s: float) -> tuple[bytes, str]:
+    """Take the copy of a message put off with its result out of its delay queue (body, message id)."""
+    queue = naming.delay_queue(app.settings.namespace, STORE_DOWN_RETRY_DELAY_MS)
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        channel = connection.channel()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            method, properties, body = channel.basic_get(queue)
+            if method is not None:
+                channel.basic_ack(method.delivery_tag)
+                return body, properties.message_id
+            time.sleep(0.05)  # a queue to read, nothing to subscribe to here
+    raise AssertionError(f"no copy was put off in {queue} within {timeout_s} s")
+
+
+@pytest.mark.parametrize("lost", ["purged", "dead-lettered"])
+@pytest.mark.timeout(120)
+def test_a_run_whose_carried_result_is_lost_is_re_driven_or_failed_and_a_long_healthy_run_is_left_alone(
+    make_app: Any,
+    start_worker: Any,
+    effect_tables: tuple[Effects, Effects],
+    failing_completion: tuple[ErrorProxy, list[bytes]],
+    lost: str,
+) -> None:
+    effects, keyed_effects = effect_tables
+    proxy, target = failing_completion
+    redrives = 3 if lost == "purged" else 0  # a dead letter left to replay: the run is failed at once
+    app = make_app(
+        store={
+            "url": proxy.url(REDIS_URL),
+            "step_lease_s": LEASE_S,
+            "stalled_run_after_s": STALLED_AFTER_S,
+            "stalled_run_redrives": redrives,
+        }
+    )
+
+    @dramatiq.actor(broker=app.broker, max_retries=3)
+    def book(tag: str, value: int) -> int:
+        effects.apply(f"{tag}:{value}")  # every execution
+        keyed_effects.apply_once(pipelines.current_effect_key())
+        return value + 1
+
+    @dramatiq.actor(broker=app.broker, max_retries=0, timeout_s=LONG_STEP_S * 2)
+    def survey(value: int) -> int:
+        effects.apply(f"survey:{value}")
+        time.sleep(LONG_STEP_S)  # a long step: its lease lapses, its worker keeps its run alive
+        return value
+
+    stalled = app.start(chain(step(book, "s"), step(book, "s")), args=(0,))
+    target.append(stalled.id.encode())
+    healthy = app.start(chain(step(survey)), args=(1,))
+    start_worker(app)
+    body, message_id = take_carried_copy(app, timeout_s=30)
+    if lost == "dead-lettered":
+        reason = DeadLetterReason(reason="could not advance the run", run_id=stalled.id, step="0.0", at=now_iso())
+        app.broker.dead_letter(
+            body, message_id=message_id, reason=reason, queue=app.broker.topology.actor_queues["book"]
+        )
+    with closing(watch(app)) as store:
+        first = ended(store, stalled.id)
+        replayed = app.dead_letters.replay_all()
+        stalled_status = ended(store, stalled.id)
+        healthy_status = ended(store, healthy.id)
+    runs = effects.counts()
+    figures = {
+        "stalled run": first.state,
+        "its error": first.error,
+        "replayed": sorted(replayed.values()),
+        "then": stalled_status.state,
+        "executions of its first step": runs["s:0"],
+        "keyed effects": len(keyed_effects.counts()),
+        "long run": healthy_status.state,
+        "its executions": runs["survey:1"],
+    }
+    print(f"\nfigures: a completion refused, its carried copy {lost} (re-drives allowed: {redrives}): {figures}")
+
+    assert (healthy_status.state, runs["survey:1"]) == ("succeeded", 1)  # never taken for stalled
+    assert (stalled_status.state, stalled_status.result) == ("succeeded", 2)
+    assert sorted(keyed_effects.counts()) == [f"{stalled.id}:0.0", f"{stalled.id}:0.1"]
+    if lost == "purged":  # re-driven: the step whose result was lost ran again, its keyed effect once
+        assert (first.state, runs["s:0"], runs["s:1"], replayed) == ("succeeded", 2, 1, {})
+    else:  # failed with the reason; the replay recorded the result it carried without running the actor
+        assert (first.state, first.failed_step, runs["s:0"], runs["s:1"]) == ("failed", "0.0", 1, 1)
+        assert str(first.error).startswith("stalled: nothing advanced it for")
+        assert list(replayed.values()) == ["replayed"]
