@@ -8,7 +8,6 @@ they enqueue carries it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines import options as opt
 from pipelines import wire_options
+from pipelines.naming import new_id
 from pipelines.plan import StepAddress
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ _correlation: ContextVar[str | None] = ContextVar("pipelines_correlation", defau
 
 
 def new_correlation_id() -> str:
-    return uuid.uuid4().hex
+    return new_id()
 
 
 def current_correlation_id() -> str | None:

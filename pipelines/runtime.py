@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -19,22 +18,22 @@ import orjson
 from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
-from pipelines import wire_options
+from pipelines import trace_context, wire_options
 from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
+from pipelines.compiled_plans import compiled_plan
 from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id
 from pipelines.deadlines import schedule_deadline_checks
 from pipelines.errors import (
     ResultTooLarge,
     ServiceUnavailable,
-    UnknownActor,
     error_name,
 )
-from pipelines.naming import run_id_for_key
-from pipelines.plan import Leaf, StepAddress, compile_plan
+from pipelines.naming import new_id, run_id_for_key
+from pipelines.plan import Leaf, StepAddress
 from pipelines.sealing import Sealer, encrypts
-from pipelines.step_messages import StepInput, _check_arguments, step_messages
+from pipelines.step_messages import StepInput, step_messages
 from pipelines.store.base import Advance, Claim, NewRun
 from pipelines.store.roles import RunSteps
 
@@ -232,23 +231,16 @@ class Runtime:
         deadline_s: float | None,
         span: trace.Span | None,
     ) -> tuple[NewRun, list[dramatiq.Message[Any]]]:
-        plan = compile_plan(node)
-        unknown = sorted({leaf.actor_name for leaf in plan.leaves} - set(broker.actors))
-        if unknown:
-            raise UnknownActor(
-                f"Unknown actor(s) {', '.join(map(repr, unknown))}: no such actor is declared on this broker. "
-                "Import the module that defines them before starting the pipeline."
-            )
-        _check_arguments(broker, plan.entry, StepInput(args, kwargs))
-        _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
+        compiled = compiled_plan(node)
+        compiled.check(broker, StepInput(args, kwargs))
         # A keyed run's id is its key's: a second start with the key finds the first run by its id.
-        run_id = run_id_for_key(broker.namespace, idempotency_key) if idempotency_key else uuid.uuid4().hex
+        run_id = run_id_for_key(broker.namespace, idempotency_key) if idempotency_key else new_id()
         correlation_id = current_correlation_id() or new_correlation_id()
-        messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
+        messages = step_messages(compiled.plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
         carrier: dict[str, str] = {}
         if span is not None:
             span.set_attribute("pipeline.run_id", run_id)
-            propagate.inject(carrier, context=trace.set_span_in_context(span))
+            carrier = trace_context.carrier(span.get_span_context())
         for message in messages:
             message.options[opt.CORRELATION] = correlation_id
             if carrier:
@@ -257,9 +249,9 @@ class Runtime:
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
-            steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
-            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()},
-            entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
+            steps=compiled.steps,
+            starts=compiled.starts_json(),
+            entries=compiled.entries,
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
             deadline_s=deadline_s,
