@@ -28,9 +28,8 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pipelines import naming
+from pipelines import naming, trace_context
 from pipelines import options as opt
-from pipelines import trace_context
 from pipelines.plan import StepAddress
 from pipelines.routing import route_of
 from pipelines.tail_sampling import TailKeeping

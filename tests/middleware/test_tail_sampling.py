@@ -209,9 +209,12 @@ def test_the_steps_of_a_run_left_out_carry_its_trace_context_and_start_no_publis
     [tracing] = [m for m in t.app.broker.middleware if isinstance(m, Tracing)]
     started: list[str] = []
     real_start = tracing.tracer.start_span
-    monkeypatch.setattr(
-        tracing.tracer, "start_span", lambda name, *args, **kw: started.append(name) or real_start(name, *args, **kw)
-    )
+
+    def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+        started.append(name)
+        return real_start(name, *args, **kwargs)
+
+    monkeypatch.setattr(tracing.tracer, "start_span", counted)
 
     run = t.app.start(chain(a["add"], a["linger"]), args=(1,))
     assert run.result(timeout_s=TIMEOUT_S) == 2

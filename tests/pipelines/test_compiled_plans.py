@@ -33,7 +33,12 @@ def test_a_node_started_again_is_compiled_once(make_app: MakeApp, monkeypatch: p
     a = declare(app)
     compiled: list[object] = []
     real = plan_module.compile_plan
-    monkeypatch.setattr("pipelines.compiled_plans.compile_plan", lambda node: compiled.append(node) or real(node))
+
+    def counted(node: Any) -> Any:
+        compiled.append(node)
+        return real(node)
+
+    monkeypatch.setattr("pipelines.compiled_plans.compile_plan", counted)
     pipeline = chain(step(a["count"]), step(a["count"]))
 
     first, second = app.start(pipeline, args=(1,)), app.start(pipeline, args=(2,))
