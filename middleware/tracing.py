@@ -28,7 +28,7 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pipelines import naming
+from pipelines import naming, trace_context
 from pipelines import options as opt
 from pipelines.plan import StepAddress
 from pipelines.routing import route_of
@@ -41,6 +41,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 #: ``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``.
 _TRACEPARENT_LENGTH = 55
 _HEX = frozenset("0123456789abcdef")
+#: Trace flags of a run left out by sampling: none, or the W3C "random trace id" flag alone.
+_LEFT_OUT_FLAGS = {"00": 0, "02": 2}
 
 
 def _message_attributes(message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> dict[str, Any]:
@@ -83,16 +85,18 @@ def _process_attributes(queue: str, actor: str) -> dict[str, Any]:
 def _left_out_parent(carrier: dict[str, str]) -> context.Context | None:
     """The trace context of a message whose run sampling left out, read without the propagator's regular
     expressions (most messages of a busy queue are such); None for any other carrier, which the
-    propagator reads in full. Only the plain form: version 00, no trace state, flags 00."""
+    propagator reads in full. Only the plain form: version 00, no trace state, flags without the sampled
+    bit (00, or 02 where the trace id is marked random, as the SDK marks the ids it makes)."""
     header = carrier.get("traceparent")
     if not isinstance(header, str) or len(header) != _TRACEPARENT_LENGTH or len(carrier) != 1:
         return None
     version, trace_id, span_id, flags = header[:2], header[3:35], header[36:52], header[53:]
-    if (version, flags, header[2], header[35], header[52]) != ("00", "00", "-", "-", "-"):
+    if (version, header[2], header[35], header[52]) != ("00", "-", "-", "-") or flags not in _LEFT_OUT_FLAGS:
         return None
     if not _HEX.issuperset(trace_id) or not _HEX.issuperset(span_id):
         return None
-    caused_by = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(0))
+    trace_flags = TraceFlags(_LEFT_OUT_FLAGS[flags])
+    caused_by = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=trace_flags)
     return trace.set_span_in_context(NonRecordingSpan(caused_by)) if caused_by.is_valid else None
 
 
@@ -124,11 +128,20 @@ class Tracing(Middleware):
         return spans
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        current = trace.get_current_span().get_span_context()
+        carried = message.options.get(opt.TRACE) or {}
+        # A publish of a run that sampling left out would get a span that is dropped (the sampler is
+        # parent-based, and keeps no publish span of such a run): the message carries the context it
+        # is published in instead, and the run's later steps are left out as well.
+        if current.is_valid and not current.trace_flags.sampled:
+            message.options[opt.TRACE] = trace_context.carrier(current)
+            return
+        if not current.is_valid and _left_out_parent(carried) is not None:
+            return
         route = route_of(message)
         exchange = naming.delay_exchange(self.namespace) if delay else f"{self.namespace}.{route.exchange}"
         destination = f"{exchange}:{route.routing_key}"
-        current = trace.get_current_span().get_span_context()
-        parent = None if current.is_valid else _PROPAGATOR.extract(message.options.get(opt.TRACE) or {})
+        parent = None if current.is_valid else _PROPAGATOR.extract(carried)
         span = self.tracer.start_span(f"publish {destination}", context=parent, kind=SpanKind.PRODUCER)
         if span.is_recording():  # most publishes of a sampled-down app are not: no attributes to build
             span.set_attributes(_publish_attributes(destination, route.routing_key))

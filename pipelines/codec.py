@@ -68,7 +68,8 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
     Raises:
         DefinitionError: When an argument is not JSON (see the module docstring), naming the actor and where.
     """
-    problem = _not_json(message.args, "args") or _not_json(message.kwargs, "kwargs")
+    plain = _plain_json(message.args) and _plain_json(message.kwargs) and _plain_json(message.options)
+    problem = None if plain else _not_json(message.args, "args") or _not_json(message.kwargs, "kwargs")
     if problem is not None and "NaN" in problem:
         raise DefinitionError(
             f"A message for {_target(message)} has a NaN or infinite number in its arguments ({problem}). "
@@ -80,7 +81,9 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
             "values (str, int, float, bool, None, lists, dicts with string keys); convert a datetime with "
             ".isoformat() and a UUID with str() before sending, and back in the actor."
         )
-    _check_envelope(message)
+    if not plain:
+        _check_options(message)
+    _check_fields(message)
     try:
         return orjson.dumps(
             {
@@ -98,11 +101,11 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
         raise DefinitionError(f"A message for {_target(message)} has a value JSON cannot carry: {e}.") from None
 
 
-def _check_envelope(message: dramatiq.Message[Any]) -> None:
-    """Refuse options and fields that would not come back from the wire as they were set.
+def _check_options(message: dramatiq.Message[Any]) -> None:
+    """Refuse options that would not come back from the wire as they were set.
 
     Raises:
-        DefinitionError: Naming the option or field, and what to send instead.
+        DefinitionError: Naming the option, and what to send instead.
     """
     problem = _not_json(message.options, "options")
     if problem is not None:
@@ -110,6 +113,14 @@ def _check_envelope(message: dramatiq.Message[Any]) -> None:
             f"A message for {_target(message)} has an option that is not JSON: {problem}. Options travel as JSON "
             "like arguments: set plain values (str, int, float, bool, None, lists, dicts with string keys)."
         )
+
+
+def _check_fields(message: dramatiq.Message[Any]) -> None:
+    """Refuse fields that are not of Dramatiq's types.
+
+    Raises:
+        DefinitionError: Naming the field.
+    """
     for name, kind in _FIELD_TYPES.items():
         value = getattr(message, name)
         if name == "args" and isinstance(value, tuple):
@@ -131,6 +142,24 @@ def _target(message: dramatiq.Message[Any]) -> str:
 #: Types a JSON round trip gives back as they were (bool is an int; their subclasses are enums), and
 #: pydantic models, which travel as their JSON and are validated back by their actor.
 _PLAIN = (str, int, float, type(None), BaseModel)
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is made of JSON's own types only (exactly: no subclass, model or enum), with
+    finite floats and 64-bit integers: what nearly every message holds, checked without building the
+    places :func:`_not_json` names. False means only that the full check must look."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-(2**63) <= value < 2**64)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(key) is str for key in value) and all(_plain_json(item) for item in value.values())
+    if kind is list or kind is tuple:
+        return all(_plain_json(item) for item in value)
+    return False
 
 
 def _not_json(value: Any, where: str) -> str | None:
@@ -191,7 +220,7 @@ def encode_value(value: Any) -> str:
     Raises:
         DefinitionError: When the result is not JSON-serializable.
     """
-    problem = _not_json(value, "the result")
+    problem = None if _plain_json(value) else _not_json(value, "the result")
     if problem is not None:
         raise DefinitionError(f"A step returned a value that is not JSON ({problem}). Return plain values or ids.")
     return orjson.dumps(value, default=_jsonable).decode()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines import options as opt
 from pipelines import wire_options
+from pipelines.naming import new_id
 from pipelines.plan import StepAddress
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def worker_id() -> str:
 
 
 def new_correlation_id() -> str:
-    return uuid.uuid4().hex
+    return new_id()
 
 
 def current_correlation_id() -> str | None:

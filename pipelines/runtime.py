@@ -8,10 +8,8 @@ the claim and one for the decision (barrier and next step together), and one con
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -20,25 +18,25 @@ import orjson
 from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
-from pipelines import wire_options
+from pipelines import trace_context, wire_options
 from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
+from pipelines.compiled_plans import compiled_plan
 from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id, worker_id
 from pipelines.deadlines import schedule_deadline_checks
 from pipelines.errors import (
-    DefinitionError,
     ResultTooLarge,
     ServiceUnavailable,
-    UnknownActor,
     error_name,
 )
-from pipelines.naming import run_id_for_key
-from pipelines.plan import ROOT, Leaf, StepAddress, compile_plan
+from pipelines.naming import new_id, run_id_for_key
+from pipelines.plan import ROOT, Leaf, StepAddress
 from pipelines.sealing import Sealer, encrypts
-from pipelines.step_messages import StepInput, _check_arguments, step_messages
+from pipelines.step_messages import StepInput, step_messages
 from pipelines.store.base import Advance, Claim, NewRun
 from pipelines.store.roles import RunSteps
+from pipelines.stored_runs import first_steps_kept, stored_starts
 
 __all__ = ["RunListener", "Runtime", "StepInput", "step_messages"]
 
@@ -242,40 +240,29 @@ class Runtime:
         delay_ms: int,
         span: trace.Span | None,
     ) -> tuple[NewRun, list[dramatiq.Message[Any]]]:
-        plan = compile_plan(node)
-        unknown = sorted({leaf.actor_name for leaf in plan.leaves} - set(broker.actors))
-        if unknown:
-            raise UnknownActor(
-                f"Unknown actor(s) {', '.join(map(repr, unknown))}: no such actor is declared on this broker. "
-                "Import the module that defines them before starting the pipeline."
-            )
-        _check_arguments(broker, plan.entry, StepInput(args, kwargs))
-        _check_arguments(broker, [leaf for leaves in plan.starts.values() for leaf in leaves], StepInput((None,)))
+        compiled = compiled_plan(node)
+        compiled.check(broker, StepInput(args, kwargs))
         # A keyed run's id is its key's: a second start with the key finds the first run by its id.
-        run_id = run_id_for_key(broker.namespace, idempotency_key) if idempotency_key else uuid.uuid4().hex
+        run_id = run_id_for_key(broker.namespace, idempotency_key) if idempotency_key else new_id()
         correlation_id = current_correlation_id() or new_correlation_id()
-        messages = step_messages(plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
+        messages = step_messages(compiled.plan.entry, run_id=run_id, pipeline=pipeline, given=StepInput(args, kwargs))
         carrier: dict[str, str] = {}
         if span is not None:
             span.set_attribute("pipeline.run_id", run_id)
-            propagate.inject(carrier, context=trace.set_span_in_context(span))
+            carrier = trace_context.carrier(span.get_span_context())
         for message in messages:
             message.options[opt.CORRELATION] = correlation_id
             if carrier:
                 message.options[opt.TRACE] = dict(carrier)
         trace_id = span.get_span_context().trace_id if span is not None else None
-        starts = {
-            n: orjson.dumps([self._as_stored(broker, leaf).to_json() for leaf in ls]).decode()
-            for n, ls in plan.starts.items()
-        }
-        entries = {n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()}
-        first = self._first_steps_kept(broker, plan.entry, args, kwargs)
+        starts, entries = dict(stored_starts(broker, compiled, self.sealer)), dict(compiled.entries)
+        first = first_steps_kept(broker, compiled.plan.entry, StepInput(args, kwargs), self.sealer)
         if first is not None:  # where steps start, the first ones too: the stall sweep publishes from there
-            starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in plan.entry]
+            starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in compiled.plan.entry]
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
-            steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
+            steps=compiled.steps,
             starts=starts,
             entries=entries,
             idempotency_key=idempotency_key,
@@ -286,32 +273,6 @@ class Runtime:
             delay_ms=delay_ms,
         )
         return record, messages
-
-    def _as_stored(self, broker: PipelineBroker, leaf: Leaf) -> Leaf:
-        """A later step as the run store keeps it: what its actor marks secret sealed (never readable there)."""
-        actor = broker.actors.get(leaf.actor_name)
-        if self.sealer is None or actor is None or not encrypts(actor):
-            return leaf
-        args, kwargs = self.sealer.seal_arguments(actor, leaf.args, dict(leaf.kwargs))
-        return dataclasses.replace(leaf, args=args, kwargs=kwargs)
-
-    def _first_steps_kept(
-        self, broker: PipelineBroker, entry: Sequence[Leaf], args: tuple[Any, ...], kwargs: Mapping[str, Any] | None
-    ) -> tuple[str, str] | None:
-        """The first steps as the store keeps them for the stall sweep: their leaves and what they receive
-        (JSON), both sealed when one of their actors encrypts (their arguments travel sealed, and must
-        not rest in the store in the clear). None for arguments that are not JSON, which the publish
-        refuses with the reason."""
-        try:
-            leaves = encode_value([leaf.to_json() for leaf in entry])
-            given = encode_value([list(args), dict(kwargs or {})])
-        except DefinitionError:
-            return None
-        if self.sealer is not None and any(encrypts(broker.actors[leaf.actor_name]) for leaf in entry):
-            leaves, given = (orjson.dumps(self.sealer.seal(orjson.loads(text))).decode() for text in (leaves, given))
-        return leaves, given
-
-    # -- worker side ----------------------------------------------------------------------------
 
     def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:
         """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.) The step's record

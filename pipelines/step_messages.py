@@ -17,7 +17,7 @@ import dramatiq
 from pipelines import options as opt
 from pipelines.broker.common import PipelineBroker
 from pipelines.errors import DefinitionError
-from pipelines.naming import MAX_NAME_BYTES
+from pipelines.naming import MAX_NAME_BYTES, new_message_id
 from pipelines.plan import Leaf, StepAddress
 
 
@@ -69,6 +69,7 @@ def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -
             args=leaf.args if ignore else (*leaf.args, *given.args),
             kwargs=dict(leaf.kwargs) if ignore else {**leaf.kwargs, **shared_kwargs},
             options={**_step_options(leaf, run_id), opt.PIPELINE: pipeline},
+            message_id=new_message_id(),
         )
     branches = {
         leaf.actor_name: {
@@ -84,6 +85,7 @@ def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -
         args=given.args,
         kwargs=shared_kwargs,
         options={opt.BRANCHES: branches, opt.PIPELINE: pipeline},
+        message_id=new_message_id(),
     )
 
 

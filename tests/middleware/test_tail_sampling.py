@@ -6,13 +6,15 @@ import time
 from typing import Any
 
 import dramatiq
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from pipelines import chain
-from pipelines.middleware.tracing import _left_out_parent
+from pipelines import options as opt
+from pipelines.middleware.tracing import Tracing, _left_out_parent
 from pipelines.tail_sampling import (
     KEPT_ATTRIBUTE,
     KeepFailedAndSlow,
@@ -173,8 +175,12 @@ def test_only_the_plain_traceparent_of_a_run_left_out_is_read_without_the_propag
     caused_by = trace.get_current_span(left_out).get_span_context()
     assert (caused_by.trace_id, caused_by.span_id, caused_by.is_remote) == (int(trace_id, 16), int(span_id, 16), True)
     assert not caused_by.trace_flags.sampled
+    random_id = _left_out_parent({"traceparent": f"00-{trace_id}-{span_id}-02"})  # as the SDK marks its ids
+    assert random_id is not None
+    assert trace.get_current_span(random_id).get_span_context().trace_flags == TraceFlags(2)
     for other in (
         {"traceparent": f"00-{trace_id}-{span_id}-01"},  # sampled
+        {"traceparent": f"00-{trace_id}-{span_id}-03"},  # sampled, random trace id
         {"traceparent": f"00-{trace_id}-{span_id}-00", "tracestate": "vendor=1"},  # state to carry on
         {"traceparent": f"00-{'0' * 32}-{span_id}-00"},  # invalid trace id
         {"traceparent": f"00-{trace_id.upper()}-{span_id}-00"},  # not lower-case hex
@@ -182,3 +188,42 @@ def test_only_the_plain_traceparent_of_a_run_left_out_is_read_without_the_propag
         {},
     ):
         assert _left_out_parent(other) is None, other
+
+
+class _Published(dramatiq.Middleware):
+    """Records the trace context of every message as it is published."""
+
+    def __init__(self) -> None:
+        self.carriers: dict[str, dict[str, str]] = {}
+
+    def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        self.carriers[message.actor_name] = dict(message.options.get(opt.TRACE) or {})
+
+
+def test_the_steps_of_a_run_left_out_carry_its_trace_context_and_start_no_publish_span(
+    make_app: MakeApp, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t, a = working(make_app, start_worker)
+    published = _Published()
+    t.app.broker.add_middleware(published)
+    [tracing] = [m for m in t.app.broker.middleware if isinstance(m, Tracing)]
+    started: list[str] = []
+    real_start = tracing.tracer.start_span
+
+    def counted(name: str, *args: Any, **kwargs: Any) -> Any:
+        started.append(name)
+        return real_start(name, *args, **kwargs)
+
+    monkeypatch.setattr(tracing.tracer, "start_span", counted)
+
+    run = t.app.start(chain(a["add"], a["linger"]), args=(1,))
+    assert run.result(timeout_s=TIMEOUT_S) == 2
+
+    trace_id = run.status().trace_id
+    assert {actor: carrier["traceparent"][3:35] for actor, carrier in published.carriers.items()} == {
+        "add": trace_id,
+        "linger": trace_id,
+    }
+    assert all(carrier["traceparent"][53:] in ("00", "02") for carrier in published.carriers.values())
+    assert not [name for name in started if name.startswith("publish")]
+    assert t.spans() == []

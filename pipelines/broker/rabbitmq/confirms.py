@@ -14,6 +14,8 @@ from typing import Any
 
 import pika
 import pika.exceptions
+import pika.frame
+import pika.spec
 from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from pipelines.broker.rabbitmq.connecting import open_connection
@@ -160,16 +162,8 @@ class ConfirmPublisher:
         """
         first = self._next_tag
         try:
-            for item in batch:
-                properties = pika.BasicProperties(
-                    delivery_mode=2 if item.persistent else 1,
-                    message_id=item.message_id,
-                    content_type="application/json",
-                    headers=item.headers,
-                    priority=item.priority,
-                )
-                self._impl.basic_publish(item.exchange, item.routing_key, item.body, properties, mandatory=True)
-                self._next_tag += 1
+            self._write(batch)
+            self._next_tag += len(batch)
             if not self._confirm or not any(item.confirm for item in batch):
                 self.connection.process_data_events(time_limit=0)
                 return []
@@ -187,6 +181,39 @@ class ConfirmPublisher:
         if nacked:
             raise Refused(nacked, [item for item in batch if item.message_id in returned])
         return returned
+
+    def _write(self, batch: Sequence[Outgoing]) -> None:
+        """Queue the frames of every publish of ``batch`` as one write: pika's ``basic_publish`` writes the
+        three frames of each publish on their own, a system call each, about a third of a publish's CPU.
+
+        Raises:
+            pika.exceptions.ChannelWrongStateError: The channel is closed (as ``basic_publish`` would).
+        """
+        if not self._impl.is_open:
+            raise pika.exceptions.ChannelWrongStateError("the publishing channel is closed")
+        connection = self._impl.connection
+        if connection.is_closed:
+            raise pika.exceptions.ConnectionWrongStateError("the publishing connection is closed")
+        number = self._impl.channel_number
+        limit = connection._body_max_length  # the negotiated frame size less a frame's own bytes
+        frames: list[bytes] = []
+        for item in batch:
+            properties = pika.BasicProperties(
+                delivery_mode=2 if item.persistent else 1,
+                message_id=item.message_id,
+                content_type="application/json",
+                headers=item.headers,
+                priority=item.priority,
+            )
+            publish = pika.spec.Basic.Publish(exchange=item.exchange, routing_key=item.routing_key, mandatory=True)
+            frames.append(pika.frame.Method(number, publish).marshal())
+            frames.append(pika.frame.Header(number, len(item.body), properties).marshal())
+            frames.extend(
+                pika.frame.Body(number, item.body[start : start + limit]).marshal()
+                for start in range(0, len(item.body), limit)
+            )
+        if frames:
+            connection._output_marshaled_frames([b"".join(frames)])
 
     def _await_confirms(self, last: int, count: int) -> None:
         """Turn the connection's I/O loop until RabbitMQ has settled every tag up to ``last``.

@@ -32,6 +32,8 @@ class Declarer:
         self.namespace = namespace
         self._lock = threading.Lock()
         self._declared: set[str] = set()
+        #: The last topology found declared in full: asked again (before every publish), it is at once.
+        self._complete: Topology | None = None
 
     def ensure(self, topology: Topology) -> None:
         """Declare whatever of ``topology`` is not declared yet.
@@ -40,8 +42,13 @@ class Declarer:
             TopologyMismatch: Something exists with other arguments.
             BrokerUnavailable: RabbitMQ did not answer after ``MAX_DECLARE_ATTEMPTS``.
         """
+        if topology is self._complete:
+            return
         wanted = {e.name for e in topology.exchanges} | {q.name for q in topology.queues}
         if wanted <= self._declared:
+            with self._lock:  # not after a forget() that came meanwhile
+                if wanted <= self._declared:
+                    self._complete = topology
             return
         with self._lock:
             for attempt in range(1, MAX_DECLARE_ATTEMPTS + 1):
@@ -80,7 +87,9 @@ class Declarer:
 
     def forget(self) -> None:
         """Make the next :meth:`ensure` declare everything again (after a 404 or a return)."""
-        self._declared.clear()
+        with self._lock:
+            self._complete = None
+            self._declared.clear()
 
     def delete(self, topology: Topology) -> None:
         """Delete every queue and exchange of ``topology`` (tests and decommissioning)."""

@@ -1,0 +1,115 @@
+"""A pipeline started again reuses its compiled plan, and what each run stores is still as of its start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dramatiq
+import pytest
+
+from pipelines import chain, step
+from pipelines import plan as plan_module
+from pipelines.compiled_plans import compiled_plan
+from pipelines.errors import DefinitionError, UnknownActor
+from tests.fixtures import MakeApp, StartWorker
+
+TIMEOUT_S = 30
+
+
+def declare(app: Any) -> dict[str, Any]:
+    @dramatiq.actor(broker=app.broker)
+    def tag(tags: list[str], value: int = 0) -> list[str]:
+        return [*tags, str(value)]
+
+    @dramatiq.actor(broker=app.broker)
+    def count(value: int) -> int:
+        return value + 1
+
+    return {"tag": tag, "count": count}
+
+
+def test_a_node_started_again_is_compiled_once(make_app: MakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = make_app()
+    a = declare(app)
+    compiled: list[object] = []
+    real = plan_module.compile_plan
+
+    def counted(node: Any) -> Any:
+        compiled.append(node)
+        return real(node)
+
+    monkeypatch.setattr("pipelines.compiled_plans.compile_plan", counted)
+    pipeline = chain(step(a["count"]), step(a["count"]))
+
+    first, second = app.start(pipeline, args=(1,)), app.start(pipeline, args=(2,))
+
+    assert compiled == [pipeline]
+    assert first.id != second.id
+    assert compiled_plan(pipeline) is compiled_plan(pipeline)
+
+
+def test_each_run_stores_a_later_steps_arguments_as_they_are_when_it_starts(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
+    app = make_app()
+    a = declare(app)
+    tags = ["first"]
+    pipeline = chain(step(a["count"]), step(a["tag"], tags))  # a list: its caller may change it
+    start_worker(app)
+
+    before = app.start(pipeline, args=(1,))
+    assert before.result(TIMEOUT_S) == ["first", "2"]
+    tags.append("second")
+    after = app.start(pipeline, args=(1,))
+
+    assert after.result(TIMEOUT_S) == ["first", "second", "2"]
+
+
+def test_arguments_are_checked_for_each_new_shape_and_a_bad_one_is_refused_every_time(make_app: MakeApp) -> None:
+    app = make_app()
+    a = declare(app)
+    pipeline = chain(step(a["count"]), step(a["count"]))
+    app.start(pipeline, args=(1,))
+
+    for _ in range(2):
+        with pytest.raises(DefinitionError, match=r"Arguments do not fit step 0\.0"):
+            app.start(pipeline, args=(1, 2))
+        with pytest.raises(DefinitionError, match=r"Arguments do not fit step 0\.0"):
+            app.start(pipeline, kwargs={"other": 1})
+    app.start(pipeline, args=(3,))
+
+
+def test_a_pipeline_refused_for_an_unknown_actor_starts_once_the_actor_is_declared(make_app: MakeApp) -> None:
+    app = make_app()
+    a = declare(app)
+    pipeline = chain(
+        step(a["count"]),
+        step(
+            dramatiq.Actor(
+                lambda value: value,
+                broker=make_app().broker,
+                actor_name="later",
+                queue_name="default",
+                priority=0,
+                options={},
+            )
+        ),
+    )
+    with pytest.raises(UnknownActor, match="'later'"):
+        app.start(pipeline, args=(1,))
+
+    @dramatiq.actor(broker=app.broker, actor_name="later")
+    def later(value: int) -> int:
+        return value
+
+    app.start(pipeline, args=(1,))
+
+
+def test_a_compiled_plan_checks_each_broker_it_starts_on(make_app: MakeApp) -> None:
+    known, other = make_app(), make_app()
+    a = declare(known)
+    pipeline = chain(step(a["count"]), step(a["count"]))
+    known.start(pipeline, args=(1,))
+
+    with pytest.raises(UnknownActor, match="'count'"):
+        other.start(pipeline, args=(1,))
