@@ -1,12 +1,57 @@
-"""A run feed on Redis: one pub/sub connection following many runs' channels (the run keys)."""
+"""Following runs on Redis: one pub/sub connection for many runs' channels (the run keys), and the wait on
+one run's channel that ``wait_run`` blocks in without polling."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import redis.client
+
+from pipelines.store.base import RunStatus
+
+#: Fastest rate at which ``wait_run`` hands changes to its ``on_change`` callback.
+CHANGE_CALLBACK_INTERVAL_S = 0.2
+#: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
+LIVENESS_CHECK_S = 30.0
+
+
+def wait_on_channel(
+    pubsub: redis.client.PubSub,
+    channel: str,
+    *,
+    ended: Callable[[], bool],
+    read: Callable[[], RunStatus | None],
+    timeout_s: float | None,
+    on_change: Callable[[RunStatus], None] | None,
+) -> None:
+    """Block until the run published on ``channel`` has ended (or ``timeout_s`` passed), handing its
+    snapshots to ``on_change`` at most every :data:`CHANGE_CALLBACK_INTERVAL_S`; closes ``pubsub``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        # Subscribe before reading, so a change between the two is not missed.
+        pubsub.subscribe(channel)
+        last_callback = 0.0
+        while True:
+            if on_change is None:
+                if ended():
+                    return
+            else:
+                snapshot = read()
+                if snapshot is None or snapshot.is_final:
+                    return
+                if time.monotonic() - last_callback >= CHANGE_CALLBACK_INTERVAL_S:
+                    on_change(snapshot)
+                    last_callback = time.monotonic()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            # A bound on the wait only guards against a silently dropped subscription.
+            pubsub.get_message(timeout=min(remaining, LIVENESS_CHECK_S) if remaining else LIVENESS_CHECK_S)
+    finally:
+        pubsub.close()
 
 
 class RedisRunFeed:

@@ -10,7 +10,6 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, cast
@@ -52,7 +51,7 @@ from pipelines.store.base import (
     SlotTake,
     StallCheck,
 )
-from pipelines.store.feed import RedisRunFeed
+from pipelines.store.feed import RedisRunFeed, wait_on_channel
 from pipelines.store.index import RunIndex
 from pipelines.store.scripting import Scripts
 from pipelines.store.stalls import RunStalls
@@ -60,10 +59,6 @@ from pipelines.store.thread_clients import ThreadClients
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
-#: Fastest rate at which ``wait_run`` hands changes to its ``on_change`` callback.
-CHANGE_CALLBACK_INTERVAL_S = 0.2
-#: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
-LIVENESS_CHECK_S = 30.0
 
 
 def _plain_client(url: str, **options: Any) -> redis.Redis:
@@ -235,32 +230,16 @@ class RedisRunStore:
         timeout_s: float | None,
         on_change: Callable[[RunStatus], None] | None = None,
     ) -> RunStatus | None:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._answering():
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-            try:
-                # Subscribe before reading, so a change between the two is not missed.
-                pubsub.subscribe(self._key(run_id))
-                last_callback = 0.0
-                while True:
-                    if on_change is None:
-                        state = self.run_state(run_id)
-                        if state is None or state in FINAL_RUN_STATES:
-                            break
-                    else:
-                        snapshot = self.get_run(run_id)
-                        if snapshot is None or snapshot.is_final:
-                            break
-                        if time.monotonic() - last_callback >= CHANGE_CALLBACK_INTERVAL_S:
-                            on_change(snapshot)
-                            last_callback = time.monotonic()
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        break
-                    # A bound on the wait only guards against a silently dropped subscription.
-                    pubsub.get_message(timeout=min(remaining, LIVENESS_CHECK_S) if remaining else LIVENESS_CHECK_S)
-            finally:
-                pubsub.close()
+            wait_on_channel(
+                pubsub,
+                self._key(run_id),
+                ended=lambda: self.run_state(run_id) in (None, *FINAL_RUN_STATES),
+                read=lambda: self.get_run(run_id),
+                timeout_s=timeout_s,
+                on_change=on_change,
+            )
         return self.get_run(run_id)
 
     def run_feed(self) -> RedisRunFeed:

@@ -18,6 +18,7 @@ from pipelines.app import App
 from pipelines.broker.rabbitmq import consuming
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.errors import BrokerUnavailable
+from tests.fixtures import MakeApp, StartWorker
 
 SETTLE_S = 30
 
@@ -38,7 +39,7 @@ def failing_dead_letters(app: App, monkeypatch: pytest.MonkeyPatch, times: int |
 
 
 def test_a_long_running_job_whose_dead_letter_cannot_be_published_yet_is_dead_lettered_once_when_it_can(
-    make_app: Any, start_worker: Any, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, start_worker: StartWorker, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
 
@@ -61,7 +62,7 @@ def test_a_long_running_job_whose_dead_letter_cannot_be_published_yet_is_dead_le
 
 
 def test_a_message_whose_dead_letter_cannot_be_published_is_rejected_to_rabbitmqs_dead_lettering(
-    make_app: Any, start_worker: Any, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, start_worker: StartWorker, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
 
@@ -83,7 +84,7 @@ def test_a_message_whose_dead_letter_cannot_be_published_is_rejected_to_rabbitmq
 
 
 def test_a_delayed_message_that_cannot_go_on_to_its_next_delay_tier_is_dead_lettered_without_a_restart(
-    make_app: Any, start_worker: Any, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, start_worker: StartWorker, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     ran: list[int] = []
@@ -111,7 +112,7 @@ def test_a_delayed_message_that_cannot_go_on_to_its_next_delay_tier_is_dead_lett
 
 
 def test_a_fault_while_taking_a_delivery_dead_letters_it_and_the_messages_around_it_run(
-    make_app: Any, start_worker: Any, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, start_worker: StartWorker, consumer_restarts: ConsumerRestarts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     ran: list[int] = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import urlsplit
 
 import dramatiq
@@ -23,6 +22,7 @@ from tcp_proxy import TcpProxy
 
 from pipelines.broker import ExchangeBroker
 from tests.backends import AMQP_URL
+from tests.fixtures import MakeApp, StartWorker
 
 SETTLE_S = 30
 
@@ -59,7 +59,7 @@ def copies() -> Iterator[Copies]:
 
 
 def test_a_dead_lettered_message_whose_ack_was_lost_with_its_connection_is_not_dead_lettered_again(
-    proxy: TcpProxy, make_app: Any, start_worker: Any, copies: Copies
+    proxy: TcpProxy, make_app: MakeApp, start_worker: StartWorker, copies: Copies
 ) -> None:
     # (The proxy is set up first, so that it is still there when the app's namespace is deleted.)
     parts = urlsplit(AMQP_URL)

@@ -8,14 +8,14 @@ every valid message runs once. A few seconds per backend.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 from fail_closed_support import CORPUS, RawPublisher, body, declare_sink, wait_until
 
 from pipelines.app import App
 from pipelines.broker import MemoryBroker
+from tests.backends import Backend
+from tests.fixtures import MakeApp, StartWorker
 
 SETTLE_S = 20
 both_brokers = pytest.mark.parametrize("backend", ["memory", "rabbitmq"], indirect=True)
@@ -57,7 +57,7 @@ def put_raw(app: App, bodies: list[tuple[str, bytes]]) -> None:
 
 @both_brokers
 def test_both_brokers_dead_letter_the_same_malformed_input_and_run_the_valid_messages_around_it(
-    backend: str, make_app: Any, start_worker: Any
+    backend: Backend, make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app(broker={"max_message_bytes": 1024})
     runs = declare_sink(app)
@@ -89,7 +89,7 @@ def test_both_brokers_dead_letter_the_same_malformed_input_and_run_the_valid_mes
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
 @pytest.mark.parametrize("raw", [b"\x80not json", orjson.dumps([1, 2])], ids=["not JSON", "a JSON list"])
 def test_an_embedded_dead_letter_of_a_body_without_a_message_id_gets_an_id_to_name_it_by(
-    backend: str, make_app: Any, start_worker: Any, raw: bytes
+    backend: Backend, make_app: MakeApp, start_worker: StartWorker, raw: bytes
 ) -> None:
     app = make_app()
     declare_sink(app)

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from typing import Any
 
 import dramatiq
 import pika
@@ -33,6 +32,7 @@ from pipelines.dead_letters import DeadLetterReason, now_iso
 from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS
 from pipelines.store import RedisRunStore, RunStatus
 from tests.backends import AMQP_URL
+from tests.fixtures import MakeApp, StartWorker
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 LEASE_S = 2
@@ -97,8 +97,8 @@ def take_carried_copy(app: App, timeout_s: float) -> tuple[bytes, str]:
 @pytest.mark.parametrize("lost", ["purged", "dead-lettered"])
 @pytest.mark.timeout(120)
 def test_a_run_whose_carried_result_is_lost_is_re_driven_or_failed_and_a_long_healthy_run_is_left_alone(
-    make_app: Any,
-    start_worker: Any,
+    make_app: MakeApp,
+    start_worker: StartWorker,
     effect_tables: tuple[Effects, Effects],
     failing_completion: tuple[ErrorProxy, list[bytes]],
     lost: str,

@@ -216,8 +216,8 @@ def failing_key_records() -> Iterator[ErrorProxy]:
 
 @pytest.mark.timeout(120)
 def test_a_keyed_message_whose_record_meets_store_errors_carries_it_and_its_duplicate_never_runs(
-    make_app: Any,
-    start_worker: Any,
+    make_app: MakeApp,
+    start_worker: StartWorker,
     effects: Effects,
     failing_key_records: ErrorProxy,
     ledger: Callable[[App], Ledger],
@@ -266,7 +266,7 @@ LOAD_PAUSE_MS = 8_000
 
 @pytest.mark.timeout(180)
 def test_a_pause_during_500_three_step_chains_strands_loses_and_doubles_nothing_and_no_replay_runs_again(
-    make_app: Any, start_worker: Any, effects: Effects, ledger: Callable[[App], Ledger]
+    make_app: MakeApp, start_worker: StartWorker, effects: Effects, ledger: Callable[[App], Ledger]
 ) -> None:
     app = make_app(store={"step_lease_s": 8}, worker={"time_limit_s": 5})
     seen = ledger(app)

@@ -17,6 +17,8 @@ import pytest
 from pipelines import options as opt
 from pipelines.codec import MalformedMessage, decode_message, decode_value, encode_message, encode_value
 from pipelines.errors import DefinitionError
+from tests.backends import Backend
+from tests.fixtures import MakeApp
 
 
 @dataclasses.dataclass
@@ -301,7 +303,7 @@ def test_a_message_field_of_the_wrong_type_is_refused_naming_it(field: str, valu
         encode_message(message.copy(**{field: value}))
 
 
-def test_a_datetime_option_is_refused_at_send_on_a_real_app(backend: str, make_app: Any) -> None:
+def test_a_datetime_option_is_refused_at_send_on_a_real_app(backend: Backend, make_app: MakeApp) -> None:
     app = make_app()
 
     @dramatiq.actor(broker=app.broker)

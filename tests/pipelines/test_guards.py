@@ -15,6 +15,8 @@ import dramatiq
 
 from pipelines.app import App
 from pipelines.errors import StoreUnavailable
+from tests.backends import Backend
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 
 class Guard(dramatiq.Middleware):
@@ -59,7 +61,7 @@ def declare(app: App, ran: list[int]) -> dramatiq.Actor[Any, Any]:
 
 
 def test_a_guard_that_raises_before_the_actor_stops_it_and_dead_letters_the_message_with_its_name(
-    backend: str, make_app: Any, start_worker: Any, observe: Any
+    backend: Backend, make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -78,7 +80,7 @@ def test_a_guard_that_raises_before_the_actor_stops_it_and_dead_letters_the_mess
 
 
 def test_a_guard_that_cannot_decide_yet_puts_the_message_off_and_it_runs_once_later(
-    backend: str, make_app: Any, start_worker: Any, observe: Any
+    backend: Backend, make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -96,7 +98,7 @@ def test_a_guard_that_cannot_decide_yet_puts_the_message_off_and_it_runs_once_la
 
 
 def test_a_guard_that_raises_after_the_actor_dead_letters_the_message_instead_of_acknowledging_it(
-    backend: str, make_app: Any, start_worker: Any, observe: Any
+    backend: Backend, make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -114,7 +116,9 @@ def test_a_guard_that_raises_after_the_actor_dead_letters_the_message_instead_of
     assert ran == [3]  # it ran once; what the guard did not do after it is in the dead letter, not retried
 
 
-def test_only_observability_fails_open(backend: str, make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_only_observability_fails_open(
+    backend: Backend, make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     ran: list[int] = []

@@ -88,7 +88,7 @@ def test_a_publish_error_other_than_the_brokers_own_also_fails_the_run(
 
 @pytest.mark.parametrize("interruption", [KeyboardInterrupt, BrokenPipeError])
 def test_an_interruption_while_the_new_run_id_is_handed_out_fails_the_run_and_publishes_nothing(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch, interruption: type[BaseException]
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch, interruption: type[BaseException]
 ) -> None:
     app = make_app()
     inc = _declare(app)

@@ -248,7 +248,7 @@ def test_secrets_are_unreadable_in_rabbitmq_and_redis_and_opened_for_the_actor(
 
 @rabbitmq_only
 def test_the_bound_secrets_of_a_later_step_are_sealed_in_the_run_store_and_opened_for_its_actor(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = secret_app(make_app, [NEW_KEY])
     seen: list[tuple[str, Any]] = []

@@ -6,7 +6,6 @@ healthy run beside: tests/fail_closed/test_stalled_runs.py; the store's side: St
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import dramatiq
 from cryptography.fernet import Fernet
@@ -16,6 +15,7 @@ from pipelines.app import App
 from pipelines.middleware import StalledRuns
 from pipelines.naming import running_runs_key, stall_sweep_key
 from pipelines.store import RedisRunStore
+from tests.fixtures import MakeApp, StartWorker
 
 PAN = "340000000000009"
 
@@ -31,7 +31,7 @@ def stalled(app: App, run_id: str) -> None:
 
 
 def test_a_stalled_run_whose_first_step_encrypts_is_re_driven_and_its_kept_arguments_are_sealed(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app(encryption={"keys": [Fernet.generate_key().decode()]})
     got: list[tuple[str, str]] = []
