@@ -187,7 +187,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         topology = self.topology
         sent: list[tuple[dramatiq.Message[Any], int | None]] = []
         batch: list[Outgoing] = []
-        for prepared, wait in self.outbound.prepare(self.actors, messages, delay):
+        for prepared, wait in self.outbound.prepare(self.actors, messages, delay, accepted=self.actor_options):
             message = prepared
             headers = None
             route = route_of(message)
