@@ -10,7 +10,7 @@ guard, a send is refused with a sentence saying what to use instead when its opt
 - an option of a Dramatiq middleware this broker does not have (``store_results`` and ``result_ttl``
   need ``dramatiq.results.Results``), which nothing would read;
 - a ``time_limit`` longer than RabbitMQ's consumer timeout, to an actor that is not long-running:
-  the check made when the actor is declared, for the message.
+  the check made when the actor is declared, for the message (a retry keeps the limit it ran with).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def refuse_options(
             )
     limit_ms = options.get(opt.TIME_LIMIT)
     long_running = actor is not None and actor.options.get(opt.PROFILE) == "long_running"
-    if isinstance(limit_ms, int | float) and limit_ms / 1000 > consumer_timeout_s and not long_running:
+    retry = bool(options.get(opt.RETRIES))  # carries the limit its worker ran it with: not for here to refuse
+    if isinstance(limit_ms, int | float) and limit_ms / 1000 > consumer_timeout_s and not (long_running or retry):
         raise DefinitionError(
             f"{owner}: time_limit={limit_ms!r} ms is longer than the broker's consumer timeout "
             f"({consumer_timeout_s:g} s, broker.consumer_timeout_s): RabbitMQ would close the channel and "
