@@ -1,7 +1,7 @@
 """The process's long-running window on the real RabbitMQ: no more long jobs taken than threads, whatever
 the queue names; nothing handed back unstarted; the worker counted as a reader while every thread is busy.
 
-About 25 s in all, most of it declaring namespaces and starting workers.
+About 30 s in all, most of it declaring namespaces and starting workers.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dramatiq.middleware import CurrentMessage
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq.delivery import Delivery
+from pipelines.naming import readers_queue
 
 pytestmark = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
 
@@ -135,7 +136,27 @@ def test_a_worker_whose_threads_all_run_long_jobs_still_counts_as_the_reader_of_
         jobs.let_one_end()
     jobs.wait_finished(JOBS_PER_ACTOR)
     worker.stop()
+    await_consumers(broker, queue, 0)
+
+
+def test_a_reader_whose_readers_queue_is_deleted_announces_itself_again(make_app: Any, start_worker: Any) -> None:
+    app, broker, jobs = long_running_app(make_app, {"export": "long_running"})
+    queue = broker.topology.actor_queues["export"]
+    start_worker(app, threads=1)
+    jobs.wait_started(1)
+    await_consumers(broker, queue, 1)
+
+    # What a cluster does to a classic queue whose node is lost: gone, and its consumers cancelled.
+    broker.thread_connections.on_channel(lambda channel: channel.queue_delete(readers_queue(queue)))
+
+    await_consumers(broker, queue, 1)
+    for _ in range(JOBS_PER_ACTOR):
+        jobs.let_one_end()
+    jobs.wait_finished(JOBS_PER_ACTOR)
+
+
+def await_consumers(broker: ExchangeBroker, queue: str, count: int) -> None:
     deadline = time.monotonic() + TIMEOUT_S
-    while broker.queue_consumers(queue) != 0 and time.monotonic() < deadline:
+    while broker.queue_consumers(queue) != count and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert broker.queue_consumers(queue) == 0
+    assert broker.queue_consumers(queue) == count
