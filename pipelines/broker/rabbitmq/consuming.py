@@ -36,7 +36,7 @@ from pipelines import options as opt
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connections import dramatiq_error
 from pipelines.broker.rabbitmq.delivery import Delivery, letter_id
-from pipelines.broker.rabbitmq.polling import LongRunningReader
+from pipelines.broker.rabbitmq.polling import Fetched, LongRunningReader
 from pipelines.broker.rabbitmq.screening import dead_letter_reason, screen
 from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
@@ -159,11 +159,12 @@ class GroupConsumer(dramatiq.broker.Consumer):
         the readers subscriptions RabbitMQ cancelled."""
         while self._cancelled_by_broker:
             self.reader.announce_again(self.channel, self._cancelled_by_broker.pop())
-        if self._stopped:
-            return
-        for fetched in self.reader.read(self.channel):
-            self.settlements.delivered(fetched.method.delivery_tag)
-            self._ready.append(Arrival(fetched.method, fetched.properties, fetched.body, fetched.queue, slot=True))
+        if not self._stopped:
+            self.reader.read(self.channel, self._on_fetched)
+
+    def _on_fetched(self, fetched: Fetched) -> None:
+        self.settlements.delivered(fetched.method.delivery_tag)
+        self._ready.append(Arrival(fetched.method, fetched.properties, fetched.body, fetched.queue, slot=True))
 
     def _stop_if_stopping(self) -> None:
         """On shutdown, stop consuming and return what was waiting to be started (see ``window``)."""
@@ -194,12 +195,15 @@ class GroupConsumer(dramatiq.broker.Consumer):
         if not self._ready:
             return None
         arrival = self._ready.popleft()
-        delivery = self._delivery(arrival)
-        if arrival.slot:
-            if delivery is None:
-                self.window.release()  # it never reaches a thread: its slot is free again
-            else:
-                delivery.counted = True
+        delivery = None
+        try:
+            delivery = self._delivery(arrival)
+        finally:
+            if arrival.slot:
+                if delivery is None:
+                    self.window.release()  # it never reaches a thread: its slot is free again
+                else:
+                    delivery.counted = True
         return delivery
 
     def _delivery(self, arrival: Arrival) -> Delivery | None:
@@ -359,6 +363,11 @@ class GroupConsumer(dramatiq.broker.Consumer):
 
     def close(self) -> None:
         self.broker.forget_consumer(self)
+        # Fetched and never handed to the worker: RabbitMQ takes them back with the channel; their slots
+        # of the window are free again.
+        while self._ready:
+            if self._ready.popleft().slot:
+                self.window.release()
         try:
             done = threading.Event()
             self.connection.add_callback_threadsafe(done.set)

@@ -17,7 +17,7 @@ the workers reading the queue (``pipelines queues`` and ``pipelines topology`` c
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from pipelines.broker.rabbitmq.window import LongRunningWindow
@@ -81,14 +81,14 @@ class LongRunningReader:
             return limit_s
         return max(0.0, min(limit_s, self._due - time.monotonic()))
 
-    def read(self, channel: Any) -> list[Fetched]:
-        """Fetch at most one message of each queue into free slots, if a read is due."""
+    def read(self, channel: Any, take: Callable[[Fetched], None]) -> None:
+        """If a read is due, fetch at most one message of each queue into free slots, each handed to
+        ``take`` as soon as it is fetched (so that a slot is never lost with a channel that fails)."""
         now = time.monotonic()
         if not self.queues or self.window.full or now < self._due:
-            return []
+            return
         self._due = now + POLL_INTERVAL_S
         count = len(self.queues)
-        fetched: list[Fetched] = []
         for step in range(count):
             index = (self._next + step) % count
             queue = self.queues[index]
@@ -96,15 +96,17 @@ class LongRunningReader:
                 continue
             if not self.window.take():
                 break
-            method, properties, body = channel.basic_get(queue)
+            try:
+                method, properties, body = channel.basic_get(queue)
+            except BaseException:
+                self.window.give_back()
+                raise
             if method is None:  # another worker took it first
                 self.window.give_back()
                 continue
-            fetched.append(Fetched(queue, method, properties, body))
+            take(Fetched(queue, method, properties, body))
             self._next = (index + 1) % count
-        if fetched:
             self._due = 0.0  # more may be waiting: read again at the next turn, while slots are free
-        return fetched
 
 
 def _ignore(*_: Any) -> None:

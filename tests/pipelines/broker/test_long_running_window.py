@@ -1,5 +1,6 @@
 """The process's long-running window on the real RabbitMQ: no more long jobs taken than threads, whatever
-the queue names; nothing handed back unstarted; the worker counted as a reader while every thread is busy.
+the queue names; nothing handed back unstarted; the worker counted as a reader while every thread is busy,
+and again once its readers queue is lost.
 
 About 30 s in all, most of it declaring namespaces and starting workers.
 """
