@@ -1,5 +1,7 @@
 # The image of the worker (`dramatiq actors`), the scheduler (`pipelines scheduler actors`) and the console (`pipelines ui`).
-FROM python:3.11-slim
+# Pinned to a patch release and a Debian release (the test machine's: Debian 12, Python 3.11): a rebuild
+# gets the same interpreter. Move it on deliberately, with the test suite.
+FROM python:3.11.14-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -33,6 +33,7 @@ from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware, TimeLimitExceeded
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.dead_letters import MAX_TRACEBACK_CHARS
 from pipelines.errors import Cancelled, ConfigError, InvalidActorOption, PipelinesError
 from pipelines.outcome import fail_message, outcome_of
@@ -118,7 +119,7 @@ class Backoff(Middleware):
         actor = broker.get_actor(message.actor_name)
         profile = actor.options.get(opt.PROFILE)
         outcome = outcome_of(message)
-        retries = max(int(message.options.get(opt.RETRIES, 0)), outcome.delivery_count)
+        retries = max(wire_options.retries(message.options), outcome.delivery_count)
         if profile == "fire_and_forget":
             outcome.drop = True
         why, counted = self._verdict(actor, message, retries, exception)
@@ -219,7 +220,7 @@ class Backoff(Middleware):
     def _give_up(self, message: dramatiq.broker.MessageProxy, why: str, exception: BaseException | None = None) -> None:
         if isinstance(exception, TimeLimitExceeded) and not str(exception):
             # Dramatiq's error says nothing: the dead letter names the limit that fired.
-            limit_s = int(message.options.get(opt.TIME_LIMIT, 0)) / 1000
+            limit_s = (wire_options.time_limit_ms(message.options) or 0) / 1000
             named = TimeLimitExceeded(
                 f"The actor ran past its time limit of {limit_s:g} s (timeout_s, or [worker] time_limit_s). "
                 "The limit interrupts Python code only: a call blocked in C (a socket, database or HTTP call) "

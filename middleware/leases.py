@@ -36,7 +36,7 @@ import orjson
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines import progress
+from pipelines import progress, wire_options
 from pipelines.broker.common import PipelineBroker, pipeline_broker
 from pipelines.codec import decode_message, encode_message
 from pipelines.dead_letters import DeadLetterReason, now_iso
@@ -218,7 +218,7 @@ class Leases(Middleware):
     def recover(self, broker: PipelineBroker, message: dramatiq.Message[Any]) -> None:
         """The job's worker died: run it again, or dead-letter it and fail its run, by ``on_lost``."""
         actor = broker.get_actor(message.actor_name)
-        retries = int(message.options.get(opt.RETRIES, 0))
+        retries = wire_options.retries(message.options)
         max_retries = int(
             message.options.get(opt.MAX_RETRIES, actor.options.get(opt.MAX_RETRIES, self.default_max_retries))
         )

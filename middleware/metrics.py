@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.config import MetricsConfig
 from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, dramatiq_master, group_dir, open_group, port_taken
 from pipelines.outcome import outcome_of
@@ -162,7 +162,7 @@ class Metrics(Middleware):
         self._child("in_flight", message.queue_name, message.actor_name).inc()
         self._started.at = time.perf_counter()
         self._head_started(broker, message)
-        partition = message.options.get(opt.PARTITION)
+        partition = wire_options.partition(message.options)
         if partition is not None:
             # An ordered partition's processing lag: from publish to the start of processing.
             lag_s = max(0.0, time.time() - message.message_timestamp / 1000)

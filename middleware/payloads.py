@@ -18,6 +18,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.deferral import put_off
 from pipelines.outcome import fail_message
 from pipelines.payloads import (
@@ -66,7 +67,7 @@ class Payloads(Middleware):
                 self.sealer.open_message(message) if sealed and self.sealer else (message.args, message.kwargs)
             )
             if typed:
-                args, kwargs = (payload_from_wire(actor, args, message.options.get(opt.SCHEMA_VERSION)),), {}
+                args, kwargs = (payload_from_wire(actor, args, wire_options.schema_version(message.options)),), {}
             elif opt.STEP not in message.options:
                 check_arguments(actor, args, kwargs)
         except Unsealable as e:

@@ -43,7 +43,7 @@ class RateLimits(Middleware):
             limits.append((actor_key(message.actor_name), message.actor_name, self._rates[message.actor_name]))
         pipeline_rate = wire_options.pipeline_rate_limit(message.options)
         if pipeline_rate is not None:
-            name = str(message.options.get(opt.PIPELINE, ""))
+            name = wire_options.pipeline(message.options) or ""
             limits.append((pipeline_key(name), f"pipeline {name}", pipeline_rate))
         for key, owner, rate in limits:
             self._take(broker, message, key, owner, rate)

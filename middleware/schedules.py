@@ -22,6 +22,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from periodiq import cron
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.deferral import put_off_while_store_down
 from pipelines.errors import ServiceUnavailable
 from pipelines.outcome import outcome_of
@@ -69,13 +70,13 @@ class Schedules(Middleware):
             declare(self.check_missed)
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        scheduled_at = message.options.get(opt.SCHEDULED_AT)
+        scheduled_at = wire_options.scheduled_at(message.options)
         if scheduled_at is None:
             enter_tick(None)
             return
         actor = broker.actors.get(message.actor_name)
         spec = actor.options.get(opt.PERIODIC) if actor is not None else None
-        tick = int(message.options.get(opt.CATCH_UP_OF) or tick_of(str(scheduled_at), spec))
+        tick = wire_options.catch_up_of(message.options) or tick_of(scheduled_at, spec)
         try:
             first = self.store.claim_tick(message.actor_name, tick, retention_s=TICK_RETENTION_S)
         except ServiceUnavailable as e:

@@ -24,6 +24,8 @@ from dramatiq.middleware import TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.threading import is_gevent_active, raise_thread_exception
 
+from pipelines import wire_options
+
 _GUARDED = "_pipelines_time_limited"
 
 
@@ -93,7 +95,9 @@ class ActorTimeLimit(TimeLimit):
             super().before_process_message(broker, message)  # type: ignore[no-untyped-call]
             return
         actor = broker.get_actor(message.actor_name)
-        self._limit_ms.value = message.options.get("time_limit") or actor.options.get("time_limit", self.time_limit)
+        self._limit_ms.value = wire_options.time_limit_ms(message.options) or actor.options.get(
+            "time_limit", self.time_limit
+        )
 
     def after_process_message(
         self,

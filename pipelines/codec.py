@@ -4,12 +4,13 @@ Our brokers call this codec directly instead of Dramatiq's process-wide encoder,
 user's process can switch this wire format to pickle by accident; a worker that boots after
 ``dramatiq.set_encoder()`` chose another encoder says that it is not used (:func:`warn_custom_encoder`).
 
-JSON means JSON: arguments (and step results) are refused unless a JSON round trip gives them back
-unchanged, with two documented conversions applied the same way on both sides: a tuple arrives as a
-list, and a pydantic model (a typed payload or result) as its JSON (its actor validates it back). A
-``str``/``int`` enum arrives as its value, which compares equal. Anything orjson would quietly turn
-into something else (a ``datetime`` or ``UUID`` into a string, a dataclass into a dict, NaN into
-null) is refused at send, naming where it is.
+JSON means JSON: arguments, options (and step results) are refused unless a JSON round trip gives
+them back unchanged, and a message's own fields must be of Dramatiq's types. Two documented
+conversions are applied the same way on both sides: a tuple arrives as a list, and a pydantic model (a
+typed payload or result) as its JSON (its actor validates it back). A ``str``/``int`` enum arrives as
+its value, which compares equal. Anything orjson would quietly turn into something else (a
+``datetime`` or ``UUID`` into a string, a dataclass into a dict, NaN into null) is refused at send,
+naming where it is.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
             "values (str, int, float, bool, None, lists, dicts with string keys); convert a datetime with "
             ".isoformat() and a UUID with str() before sending, and back in the actor."
         )
+    _check_envelope(message)
     try:
         return orjson.dumps(
             {
@@ -94,6 +96,29 @@ def encode_message(message: dramatiq.Message[Any]) -> bytes:
         )
     except TypeError as e:
         raise DefinitionError(f"A message for {_target(message)} has a value JSON cannot carry: {e}.") from None
+
+
+def _check_envelope(message: dramatiq.Message[Any]) -> None:
+    """Refuse options and fields that would not come back from the wire as they were set.
+
+    Raises:
+        DefinitionError: Naming the option or field, and what to send instead.
+    """
+    problem = _not_json(message.options, "options")
+    if problem is not None:
+        raise DefinitionError(
+            f"A message for {_target(message)} has an option that is not JSON: {problem}. Options travel as JSON "
+            "like arguments: set plain values (str, int, float, bool, None, lists, dicts with string keys)."
+        )
+    for name, kind in _FIELD_TYPES.items():
+        value = getattr(message, name)
+        if name == "args" and isinstance(value, tuple):
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise DefinitionError(
+                f"A message for {_target(message)} has {name}={value!r:.60}, a {type(value).__name__}: "
+                f"Dramatiq's {name} is a {kind.__name__}."
+            )
 
 
 def _target(message: dramatiq.Message[Any]) -> str:

@@ -8,6 +8,9 @@ they enqueue carries it.
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.plan import StepAddress
 
 if TYPE_CHECKING:
@@ -41,7 +45,7 @@ class MessageContext:
             correlation_id=message.options.get(opt.CORRELATION) or message.message_id,
             message_id=message.message_id,
             actor=message.actor_name,
-            attempt=int(message.options.get(opt.RETRIES, 0)) + 1,
+            attempt=wire_options.attempt(message.options),
             run_id=step.run_id if step else None,
             step=step.node if step else None,
         )
@@ -49,6 +53,14 @@ class MessageContext:
 
 _message: ContextVar[MessageContext | None] = ContextVar("pipelines_message", default=None)
 _correlation: ContextVar[str | None] = ContextVar("pipelines_correlation", default=None)
+
+
+def worker_id() -> str:
+    """Who runs the code now, as a step's record names it: ``host:pid/thread`` (the thread's name).
+
+    Read at each call: a forked worker process has a pid of its own.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}/{threading.current_thread().name}"
 
 
 def new_correlation_id() -> str:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import dramatiq
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.errors import error_name
 from pipelines.plan import StepAddress
 
@@ -97,7 +98,7 @@ def reason_for(
         error_type=error_name(exception) if exception is not None else None,
         error=str(exception) if exception is not None else None,
         traceback=excerpt[-MAX_TRACEBACK_CHARS:] if excerpt else None,
-        attempts=int(message.options.get(opt.RETRIES, 0)) + 1,
+        attempts=wire_options.attempt(message.options),
         actor=message.actor_name or None,
         queue=queue,
         routing_key=routing_key,

@@ -6,7 +6,9 @@ the delay queues until the slot the script reserved for it. So the limit holds h
 messages reach the queue: a backlog, a restart, a replay, several producers. Two rules meet there:
 
 - **the bound**: at most ``count`` runs in any window of one period and :data:`WINDOW_MARGIN_MS` (a
-  list of the latest run times), so any window of one period sees at most the rate plus one;
+  list of the latest run times), so any window of one period of actor starts sees at most the rate
+  while the time from taking a slot to the actor starting varies by less than the margin (one more
+  when a thread is held up longer between the two);
 - **the spacing**: slots ``interval_ms`` apart, the generic cell rate algorithm with a burst of one,
   so a backlog is spread out instead of running ``count`` at once at the start of each period.
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import dramatiq
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.naming import partition_routing_key, routing_key_for
 
 
@@ -30,9 +31,9 @@ class Route:
 def route_of(message: dramatiq.Message[Any]) -> Route:
     """The route of a message, from its shape."""
     if message.actor_name:
-        partition = message.options.get(opt.PARTITION)
+        partition = wire_options.partition(message.options)
         if partition is not None:
-            return Route("work", partition_routing_key(message.actor_name, int(partition)))
+            return Route("work", partition_routing_key(message.actor_name, partition))
         return Route("work", message.actor_name)
     branches = message.options.get(opt.BRANCHES)
     if branches:

@@ -8,6 +8,7 @@ the claim and one for the decision (barrier and next step together), and one con
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -19,10 +20,11 @@ import orjson
 from opentelemetry import context, propagate, trace
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.broker.common import PipelineBroker
 from pipelines.codec import decode_value, encode_value
 from pipelines.composition import Node, shape_name
-from pipelines.context import current_correlation_id, new_correlation_id
+from pipelines.context import current_correlation_id, new_correlation_id, worker_id
 from pipelines.deadlines import schedule_deadline_checks
 from pipelines.errors import (
     ResultTooLarge,
@@ -140,7 +142,8 @@ class Runtime:
         own, a child of the caller's current span. ``first_options`` are added to every first-step
         message (a pipeline's rate limit and the slot reserved for the run).
         ``on_created(run id, created)`` is called once the store has recorded each run, before anything
-        is published (a slow broker does not hide the id).
+        is published (a slow broker does not hide the id); when it raises (a Ctrl-C, a closed pipe), the
+        runs are failed as any interrupted start is, and nothing is published.
         """
         names = [name or shape_name(node) for node, _, _ in runs]
         spans: list[trace.Span] = []
@@ -173,8 +176,13 @@ class Runtime:
                 self._fail_unstarted([(record.run_id, True) for record, _ in prepared], e)
                 raise
             if on_created is not None:
-                for run_id, created in outcomes:
-                    on_created(run_id, created)
+                try:
+                    for run_id, created in outcomes:
+                        on_created(run_id, created)
+                except BaseException as e:
+                    # Ctrl-C, or a closed pipe while the CLI prints the id: nothing was published yet.
+                    self._fail_unstarted(outcomes, e)
+                    raise
             messages = [m for (_, batch), (_, made) in zip(prepared, outcomes, strict=True) if made for m in batch]
             if first_options:
                 messages = [m.copy(options=dict(first_options)) for m in messages]
@@ -257,7 +265,10 @@ class Runtime:
             run_id=run_id,
             pipeline=pipeline,
             steps=[(leaf.node, leaf.actor_name) for leaf in plan.leaves],
-            starts={n: orjson.dumps([leaf.to_json() for leaf in ls]).decode() for n, ls in plan.starts.items()},
+            starts={
+                n: orjson.dumps([self._as_stored(broker, leaf).to_json() for leaf in ls]).decode()
+                for n, ls in plan.starts.items()
+            },
             entries={n: [leaf.node for leaf in ls] for n, ls in plan.starts.items()},
             idempotency_key=idempotency_key,
             correlation_id=correlation_id,
@@ -266,12 +277,23 @@ class Runtime:
         )
         return record, messages
 
+    def _as_stored(self, broker: PipelineBroker, leaf: Leaf) -> Leaf:
+        """A later step as the run store keeps it: what its actor marks secret sealed (never readable there)."""
+        actor = broker.actors.get(leaf.actor_name)
+        if self.sealer is None or actor is None or not encrypts(actor):
+            return leaf
+        args, kwargs = self.sealer.seal_arguments(actor, leaf.args, dict(leaf.kwargs))
+        return dataclasses.replace(leaf, args=args, kwargs=kwargs)
+
     # -- worker side ----------------------------------------------------------------------------
 
     def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:
-        """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.)"""
-        attempt = int(message.options.get("retries", 0)) + 1
-        return self.store.claim_step(address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms)
+        """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.) The step's record
+        names this worker (:func:`~pipelines.context.worker_id`) when it may."""
+        attempt = wire_options.attempt(message.options)
+        return self.store.claim_step(
+            address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms, worker=worker_id()
+        )
 
     def complete(
         self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
@@ -338,7 +360,7 @@ class Runtime:
         address: StepAddress,
         advance: Advance,
     ) -> None:
-        pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+        pipeline = wire_options.pipeline(message.options) or "adhoc"
         if advance.chord_wait_ms is not None:
             for listener in self.listeners:
                 listener.chord_released(pipeline, advance.chord_wait_ms / 1000)
@@ -372,6 +394,6 @@ class Runtime:
         """Record a failed attempt; a final one fails the run with ``error`` recorded."""
         created_at_ms = self.store.fail_step(address.run_id, address.node, f"{error_name(error)}: {error}", final=final)
         if created_at_ms is not None:
-            pipeline = str(message.options.get(opt.PIPELINE, "adhoc"))
+            pipeline = wire_options.pipeline(message.options) or "adhoc"
             for listener in self.listeners:
                 listener.run_finished(pipeline, "failed", time.time() - created_at_ms / 1000)

@@ -102,11 +102,28 @@ class Sealer:
         if actor.options.get(opt.ENCRYPT):
             sealed = self.seal({"args": list(message.args), "kwargs": message.kwargs})[SEALED_KEY]
             return message.copy(args=(), kwargs={}, options={opt.SEALED: sealed})
+        if not actor.options.get(opt.SECRET_FIELDS):
+            return message
+        args, kwargs = self.seal_arguments(actor, message.args, message.kwargs)
+        return message.copy(args=args, kwargs=kwargs)
+
+    def seal_arguments(
+        self, actor: dramatiq.Actor[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Arguments bound to ``actor`` with what it marks secret sealed in place: every argument of an
+        encrypting actor, the secret fields of the others. A run's plan keeps its later steps' bound
+        arguments in the run store this way; the message that runs the step is sealed as usual, and the
+        worker opens both."""
+        if actor.options.get(opt.ENCRYPT):
+            return tuple(a if _is_sealed(a) else self.seal(a) for a in args), {
+                k: v if _is_sealed(v) else self.seal(v) for k, v in kwargs.items()
+            }
         fields: Sequence[str] = actor.options.get(opt.SECRET_FIELDS, ())
         if not fields:
-            return message
-        args = tuple(self._seal_fields(a, fields) if isinstance(a, dict) else a for a in message.args)
-        return message.copy(args=args, kwargs=self._seal_fields(message.kwargs, fields))
+            return tuple(args), kwargs
+        return tuple(self._seal_fields(a, fields) if isinstance(a, dict) else a for a in args), self._seal_fields(
+            kwargs, fields
+        )
 
     def _seal_fields(self, values: dict[str, Any], fields: Sequence[str]) -> dict[str, Any]:
         return {k: self.seal(v) if k in fields and not _is_sealed(v) else v for k, v in values.items()}

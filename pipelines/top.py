@@ -111,8 +111,11 @@ def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s:
 def run_top(app: App, *, interval_s: float, once: bool, out: TextIO = sys.stdout) -> int:
     """Refresh the view every ``interval_s`` until interrupted (one frame with ``once``).
 
-    On a terminal the frame is redrawn in place (only the lines that changed are written) and fits the
-    window as it is resized; elsewhere (``--once``, a pipe) it is printed as plain text.
+    On a terminal the frame is redrawn in place by rich's ``Live``: each refresh moves the cursor back
+    up over the last frame, erasing its lines, and writes the whole new frame, in one write (the view
+    does not scroll; unchanged lines are written again too). Each frame is laid out for the window's
+    size at that moment, so the view follows a resize. Elsewhere (``--once``, a pipe) it is printed
+    once, as plain text.
     """
     console = Console(file=out, width=None if out.isatty() else PLAIN_WIDTH, highlight=False)
     previous, at = scrape_counts(app), time.monotonic()

@@ -72,6 +72,11 @@ def retries(options: Mapping[str, Any]) -> int:
     return _whole(options, opt.RETRIES, 0) or 0
 
 
+def attempt(options: Mapping[str, Any]) -> int:
+    """Which attempt at the message this is (1 for the first)."""
+    return retries(options) + 1
+
+
 def max_retries(options: Mapping[str, Any]) -> int | None:
     return _whole(options, opt.MAX_RETRIES, 0)
 
@@ -95,6 +100,21 @@ def max_age_ms(options: Mapping[str, Any]) -> float | None:
 def eta_ms(options: Mapping[str, Any]) -> float | None:
     """When (epoch ms) a delayed message is due, or None."""
     return _number(options, opt.ETA, positive=False)
+
+
+def catch_up_of(options: Mapping[str, Any]) -> int | None:
+    """The missed tick (epoch ms) a catch-up run of a schedule stands for, or None."""
+    return _whole(options, opt.CATCH_UP_OF, 0)
+
+
+def partition(options: Mapping[str, Any]) -> int | None:
+    """The partition of an ordered actor's queue the message is routed to, or None."""
+    return _whole(options, opt.PARTITION, 0)
+
+
+def pipeline(options: Mapping[str, Any]) -> str | None:
+    """The name of the registered pipeline whose run the message belongs to, or None (an ad hoc run)."""
+    return _text(options, opt.PIPELINE)
 
 
 def rate_slot_ms(options: Mapping[str, Any]) -> int | None:
@@ -148,7 +168,8 @@ def step_failure(options: Mapping[str, Any]) -> tuple[str, CarriedFailure] | Non
     return value["reason"], CarriedFailure(value["error_type"], value["error"])
 
 
-def _scheduled_at(options: Mapping[str, Any]) -> None:
+def scheduled_at(options: Mapping[str, Any]) -> str | None:
+    """When the scheduler sent a scheduled message (ISO 8601 text), or None for any other message."""
     value = _text(options, opt.SCHEDULED_AT)
     if value is not None:
         import pendulum  # only scheduled messages carry the option
@@ -157,6 +178,7 @@ def _scheduled_at(options: Mapping[str, Any]) -> None:
             pendulum.parse(value)
         except (ValueError, TypeError):
             raise MalformedOption(opt.SCHEDULED_AT, value, "an ISO 8601 time") from None
+    return value
 
 
 def _callback(options: Mapping[str, Any], name: str, actors: Mapping[str, Any]) -> None:
@@ -215,10 +237,11 @@ def check_options(options: Mapping[str, Any], *, actors: Mapping[str, Any]) -> N
     schema_version(options)
     step_result(options)
     step_failure(options)
-    _whole(options, opt.CATCH_UP_OF, 0)
-    _whole(options, opt.PARTITION, 0)
-    _scheduled_at(options)
-    for name in (opt.CORRELATION, opt.PIPELINE, opt.SEALED, opt.REPLAYED_FROM, opt.TRACEBACK, opt.EVENT_TOPIC):
+    catch_up_of(options)
+    partition(options)
+    scheduled_at(options)
+    pipeline(options)
+    for name in (opt.CORRELATION, opt.SEALED, opt.REPLAYED_FROM, opt.TRACEBACK, opt.EVENT_TOPIC):
         _text(options, name)
     _strings(options, opt.TRACE, dict)
     _strings(options, opt.TRACE_LINKS, list)

@@ -1,19 +1,20 @@
 """Fixtures shared by the whole suite.
 
-Integration tests run against the real RabbitMQ and Redis (URLs from ``PIPELINES_TEST_AMQP_URL`` and
-``PIPELINES_TEST_REDIS_URL``, loopback by default), each test in a namespace of its own that is
+Integration tests run against the real RabbitMQ, Redis and PostgreSQL (URLs from
+``PIPELINES_TEST_AMQP_URL``, ``PIPELINES_TEST_REDIS_URL`` and ``PIPELINES_TEST_POSTGRES_URL``, loopback
+by default), each test in a namespace of its own that is
 deleted afterwards (``tests/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
 first time a test needs the services; ``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl``
-when it is not the one on the PATH). Behaviour tests take the ``backend`` parameter and run on both the embedded
-(memory) and the real services.
+when it is not the one on the PATH, ``PIPELINES_TEST_RABBITMQ_API`` its management API, used when
+``rabbitmqctl`` cannot be run). Behaviour tests take the ``backend`` parameter: a broker kind and a
+store kind (``tests/backends.py``, the two axes a new backend joins), by default each kind with its
+partner (the embedded broker and store; RabbitMQ and Redis). The fixtures' types are in ``tests/fixtures.py``.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +22,9 @@ from urllib.parse import urlsplit
 
 import dramatiq
 import pika
+import psycopg
 import pytest
+import redis
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from pipelines.app import App, build_app
@@ -29,10 +32,17 @@ from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
-from tests.housekeeping import delete_stale_namespaces, fresh_namespace, listed, rabbitmqctl, stop_leftover_processes
-
-AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
-REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+from tests.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
+from tests.fixtures import MakeApp, Observe, Observer, StartWorker
+from tests.housekeeping import (
+    ListingUnavailable,
+    delete_stale_namespaces,
+    delete_test_namespace,
+    fresh_namespace,
+    rabbitmqctl,
+    stop_leftover_processes,
+)
+from tests.stuck_servers import StuckServer
 
 
 def _answers(url: str) -> bool:
@@ -44,40 +54,58 @@ def _answers(url: str) -> bool:
     return True
 
 
+def _postgres_problem() -> str | None:
+    """Why the tests' PostgreSQL database cannot be used, or None."""
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=5).close()
+    except psycopg.Error as e:
+        return str(e).strip().splitlines()[0]
+    return None
+
+
+def pytest_report_header() -> list[str]:
+    """The versions of the services this run tests against (the README says which ones compose pins)."""
+    found = []
+    try:
+        parameters = pika.URLParameters(AMQP_URL)
+        parameters.connection_attempts, parameters.socket_timeout = 1, 2
+        with pika.BlockingConnection(parameters) as connection:
+            # pika keeps the broker's connection.start properties on the connection it wraps.
+            properties = connection._impl.server_properties
+        found.append(f"RabbitMQ {properties.get('version')} ({properties.get('platform')})")
+    except pika.exceptions.AMQPError as e:
+        found.append(f"RabbitMQ not answering ({type(e).__name__})")
+    try:
+        found.append(f"Redis {redis.Redis.from_url(REDIS_URL, socket_timeout=2).info('server')['redis_version']}")
+    except redis.RedisError as e:
+        found.append(f"Redis not answering ({type(e).__name__})")
+    return [f"services: {', '.join(found)}"]
+
+
 @pytest.fixture(scope="session")
 def services() -> None:
-    """Fail (never skip) when RabbitMQ or Redis does not answer, naming the one that is missing; then
-    clear what interrupted earlier runs left: their processes and their namespaces."""
+    """Fail (never skip) when RabbitMQ, Redis or PostgreSQL does not answer, naming the one that is
+    missing; then clear what interrupted earlier runs left: their processes and their namespaces."""
     missing = [name for name, url in (("RabbitMQ", AMQP_URL), ("Redis", REDIS_URL)) if not _answers(url)]
+    postgres = _postgres_problem()
+    if postgres is not None:
+        missing.append(f"PostgreSQL ({postgres})")
     if missing:
         pytest.fail(
-            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}). "
-            "Run `make services` or `docker compose up -d rabbitmq redis`.",
+            f"{' and '.join(missing)} not answering ({AMQP_URL.split('@')[-1]}, {REDIS_URL}, "
+            f"{POSTGRES_URL.split('@')[-1]}). Run `make services` or `docker compose up -d rabbitmq redis postgres`.",
             pytrace=False,
         )
     stop_leftover_processes()
     try:
         delete_stale_namespaces(AMQP_URL, REDIS_URL)
-    except (OSError, subprocess.CalledProcessError) as e:  # no rabbitmqctl here (a broker in a container)
-        warnings.warn(
-            f"Stale test namespaces were not deleted: cannot list the broker's queues ({e}). "
-            "Set PIPELINES_TEST_RABBITMQCTL to its rabbitmqctl command.",
-            stacklevel=1,
-        )
+    except ListingUnavailable as e:
+        warnings.warn(f"Stale test namespaces were not deleted: {e}", stacklevel=1)
 
 
-TEST_DELAY_TIERS_S = [0.1, 0.5, 1.0, 5.0, 30.0]
-
-
-def settings_for(backend: str, **sections: Any) -> Settings:
-    """Settings of a fresh namespace on ``backend`` ("memory" or "rabbitmq"), with section overrides."""
-    data: dict[str, Any] = {"namespace": fresh_namespace()}
-    if backend == "memory":
-        data |= {"broker": {"url": "memory://"}, "store": {"url": "memory://"}}
-    else:
-        # Half the default delay tiers: each namespace declares fewer quorum queues (longer waits
-        # hop through the 30 s tier), which keeps the suite's churn on RabbitMQ's Raft log down.
-        data |= {"broker": {"url": AMQP_URL, "delay_tiers_s": TEST_DELAY_TIERS_S}, "store": {"url": REDIS_URL}}
+def settings_for(backend: Backend, **sections: Any) -> Settings:
+    """Settings of a fresh namespace on ``backend``'s broker and store, with section overrides."""
+    data: dict[str, Any] = {"namespace": fresh_namespace(), **backend.sections()}
     data["retries"] = {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2}
     for section, values in sections.items():
         data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
@@ -95,15 +123,10 @@ def cleanup(app: App) -> None:
 
 def _delete_namespace(namespace: str) -> None:
     """Delete every queue and exchange named ``<namespace>.*`` (whatever declared them) and its Redis keys."""
-    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
-        channel = connection.channel()
-        for queue in listed("list_queues"):
-            if queue.startswith(f"{namespace}."):
-                channel.queue_delete(queue)
-        for exchange in listed("list_exchanges"):
-            if exchange.startswith(f"{namespace}."):
-                channel.exchange_delete(exchange)
-    RedisRunStore(url=REDIS_URL, namespace=namespace, retention_s=60).delete_namespace()
+    try:
+        delete_test_namespace(AMQP_URL, REDIS_URL, namespace)
+    except ListingUnavailable as e:
+        warnings.warn(f"The queues and exchanges of test namespace {namespace} were not deleted: {e}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")
@@ -126,19 +149,17 @@ def namespaces(delete_namespace: Callable[[str], None]) -> Iterator[Callable[[],
         delete_namespace(namespace)
 
 
-@pytest.fixture(params=["memory", "rabbitmq"])
-def backend(request: pytest.FixtureRequest) -> str:
-    """Runs a behaviour test on the embedded broker and store, then on RabbitMQ and Redis."""
-    if request.param == "rabbitmq":
+@pytest.fixture(params=PAIRED, ids=str)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Runs a behaviour test on each pair of ``tests/backends.py``'s ``PAIRED`` (or the pairs it is marked ``on``)."""
+    chosen: Backend = request.param
+    if chosen.needs_services:
         request.getfixturevalue("services")
-    return str(request.param)
-
-
-MakeApp = Callable[..., App]
+    return chosen
 
 
 @pytest.fixture
-def make_app(backend: str) -> Iterator[MakeApp]:
+def make_app(backend: Backend) -> Iterator[MakeApp]:
     """Factory of apps on ``backend``, each in its own namespace, all cleaned up after the test."""
     apps: list[App] = []
 
@@ -157,9 +178,6 @@ def make_app(backend: str) -> Iterator[MakeApp]:
             failures.append(e)
     if failures:
         raise failures[0]
-
-
-StartWorker = Callable[..., dramatiq.Worker]
 
 
 @pytest.fixture
@@ -186,57 +204,8 @@ def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
         raise failures[0]
 
 
-class Observer(dramatiq.Middleware):
-    """Counts every message the worker finished handling, by actor, so tests await counts, not time.
-
-    It is the first middleware, so its ``after_*`` hooks run last: once a count is reached, every other
-    middleware has recorded what it decided about those messages (metrics, the run store, spans).
-    """
-
-    def __init__(self) -> None:
-        self.handled: dict[str, int] = {}
-        self.skipped: dict[str, int] = {}
-        self.dead_lettered: dict[str, int] = {}
-        self._changed = threading.Condition()
-
-    def _count(self, table: dict[str, int], message: dramatiq.broker.MessageProxy) -> None:
-        with self._changed:
-            table[message.actor_name] = table.get(message.actor_name, 0) + 1
-            self._changed.notify_all()
-
-    def after_process_message(
-        self,
-        broker: dramatiq.Broker,
-        message: dramatiq.broker.MessageProxy,
-        *,
-        result: Any | None = None,
-        exception: BaseException | None = None,
-    ) -> None:
-        self._count(self.handled, message)
-
-    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        self._count(self.handled, message)
-        self._count(self.skipped, message)
-
-    def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        self._count(self.dead_lettered, message)
-
-    def _wait(self, table: dict[str, int], what: str, actor_name: str, count: int, timeout_s: float) -> None:
-        with self._changed:
-            if not self._changed.wait_for(lambda: table.get(actor_name, 0) >= count, timeout_s):
-                raise AssertionError(f"only {table.get(actor_name, 0)} of {count} messages of {actor_name} {what}")
-
-    def wait_handled(self, actor_name: str, count: int, timeout_s: float = 30) -> None:
-        """Block until ``count`` messages of ``actor_name`` were handled (run or skipped)."""
-        self._wait(self.handled, "were handled", actor_name, count, timeout_s)
-
-    def wait_dead_lettered(self, actor_name: str, count: int, timeout_s: float = 30) -> None:
-        """Block until ``count`` messages of ``actor_name`` were rejected to their dead-letter queue."""
-        self._wait(self.dead_lettered, "were dead-lettered", actor_name, count, timeout_s)
-
-
 @pytest.fixture
-def observe() -> Callable[[App], Observer]:
+def observe() -> Observe:
     """Attaches an :class:`Observer` to an app's broker (before its worker starts), first in its middleware."""
 
     def attach(app: App) -> Observer:
@@ -271,3 +240,25 @@ def short_consumer_timeout(services: None) -> Iterator[int]:
     yield SHORT_CONSUMER_TIMEOUT_MS
     set_rabbit("consumer_timeout", 1_800_000)
     set_rabbit("channel_tick_interval", 60_000)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[StuckServer]:
+    """A port that takes TCP connections and never answers (a stuck broker), closed after the test."""
+    server = StuckServer(close_at_once=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def closing_server() -> Iterator[StuckServer]:
+    """A port that takes TCP connections and closes each at once (a broker still starting)."""
+    server = StuckServer(close_at_once=True)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def no_rabbitmqctl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine whose broker runs in a container: no rabbitmqctl to run."""
+    monkeypatch.setenv("PIPELINES_TEST_RABBITMQCTL", "rabbitmqctl-not-installed")

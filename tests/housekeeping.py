@@ -10,6 +10,7 @@ those an earlier, interrupted run left behind, so none is ever reused or left co
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
@@ -20,9 +21,11 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 import pika
 import redis
@@ -63,28 +66,89 @@ def rabbitmqctl() -> list[str]:
     return shlex.split(os.environ.get("PIPELINES_TEST_RABBITMQCTL", "rabbitmqctl"))
 
 
-def listed(kind: str) -> list[str]:
-    """The names ``rabbitmqctl list_queues`` (or ``list_exchanges``) lists."""
-    out = subprocess.run([*rabbitmqctl(), "-q", "--formatter", "json", kind, "name"], capture_output=True, check=True)
-    return [entry["name"] for entry in json.loads(out.stdout)]
+def management_api(amqp_url: str) -> str:
+    """The test broker's management API (``PIPELINES_TEST_RABBITMQ_API``; port 15672 of its host, as
+    the docker compose broker publishes it)."""
+    return os.environ.get("PIPELINES_TEST_RABBITMQ_API") or f"http://{urlsplit(amqp_url).hostname or 'localhost'}:15672"
+
+
+class ListingUnavailable(RuntimeError):
+    """Neither ``rabbitmqctl`` nor the management API lists the broker's queues."""
+
+
+def listed(kind: str, *, amqp_url: str) -> list[str]:
+    """The names of the broker's queues (``kind`` ``"list_queues"``) or exchanges (``"list_exchanges"``),
+    from its ``rabbitmqctl`` or, when that cannot be run, from its management API.
+
+    Raises:
+        ListingUnavailable: Neither answered (the message says how to point the suite at one).
+    """
+    try:
+        out = subprocess.run(
+            [*rabbitmqctl(), "-q", "--formatter", "json", kind, "name"], capture_output=True, check=True, timeout=120
+        )
+        return [entry["name"] for entry in json.loads(out.stdout)]
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        by_ctl = f"{shlex.join(rabbitmqctl())}: {type(e).__name__}"
+    api = management_api(amqp_url)
+    try:
+        return _listed_by_api(api, kind, amqp_url)
+    except (OSError, ValueError, KeyError) as e:
+        raise ListingUnavailable(
+            f"cannot list the broker's {kind.removeprefix('list_')}, neither with {by_ctl} nor with its management "
+            f"API at {api} ({type(e).__name__}: {e}). Set PIPELINES_TEST_RABBITMQCTL to its rabbitmqctl command "
+            "(e.g. `docker compose exec -T rabbitmq rabbitmqctl`) or PIPELINES_TEST_RABBITMQ_API to its management API."
+        ) from None
+
+
+def _listed_by_api(api: str, kind: str, amqp_url: str) -> list[str]:
+    """``GET /api/queues/<vhost>`` (or ``exchanges``) with the AMQP URL's user, password and virtual host."""
+    parts = urlsplit(amqp_url)
+    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    login = f"{unquote(parts.username or 'guest')}:{unquote(parts.password or 'guest')}"
+    request = urllib.request.Request(
+        f"{api}/api/{kind.removeprefix('list_')}/{quote(vhost, safe='')}?columns=name",
+        headers={"Authorization": f"Basic {base64.b64encode(login.encode()).decode()}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return [str(entry["name"]) for entry in json.loads(response.read())]
+
+
+def _delete(amqp_url: str, redis_url: str, namespaces: list[str], queues: list[str], exchanges: list[str]) -> None:
+    """Delete the listed queues and exchanges of these namespaces, and their Redis keys."""
+    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as connection:
+        channel = connection.channel()
+        for queue in queues:
+            if queue.split(".", 1)[0] in namespaces:
+                channel.queue_delete(queue)
+        for exchange in exchanges:
+            if exchange.split(".", 1)[0] in namespaces:
+                channel.exchange_delete(exchange)
+    for namespace in namespaces:
+        RedisRunStore(url=redis_url, namespace=namespace, retention_s=60).delete_namespace()
+
+
+def delete_test_namespace(amqp_url: str, redis_url: str, namespace: str) -> None:
+    """Delete every queue and exchange named ``<namespace>.*`` (whatever declared them) and its Redis keys.
+
+    Raises:
+        ListingUnavailable: The broker's queues cannot be listed (its Redis keys are deleted all the same).
+    """
+    try:
+        queues, exchanges = listed("list_queues", amqp_url=amqp_url), listed("list_exchanges", amqp_url=amqp_url)
+    except ListingUnavailable:
+        RedisRunStore(url=redis_url, namespace=namespace, retention_s=60).delete_namespace()
+        raise
+    _delete(amqp_url, redis_url, [namespace], queues, exchanges)
 
 
 def delete_stale_namespaces(amqp_url: str, redis_url: str) -> list[str]:
     """Delete every queue, exchange and Redis key of stale test namespaces; returns the namespaces."""
-    queues, exchanges = listed("list_queues"), listed("list_exchanges")
+    queues, exchanges = listed("list_queues", amqp_url=amqp_url), listed("list_exchanges", amqp_url=amqp_url)
     keys = [k.decode() for k in redis.Redis.from_url(redis_url).scan_iter(match="t-*", count=1000)]
     stale = sorted({n.split(".", 1)[0] for n in queues + exchanges} | {k.split(":", 1)[0] for k in keys})
     stale = [namespace for namespace in stale if is_stale(namespace)]
-    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as connection:
-        channel = connection.channel()
-        for queue in queues:
-            if queue.split(".", 1)[0] in stale:
-                channel.queue_delete(queue)
-        for exchange in exchanges:
-            if exchange.split(".", 1)[0] in stale:
-                channel.exchange_delete(exchange)
-    for namespace in stale:
-        RedisRunStore(url=redis_url, namespace=namespace, retention_s=60).delete_namespace()
+    _delete(amqp_url, redis_url, stale, queues, exchanges)
     return stale
 
 
@@ -95,7 +159,11 @@ def _die_with_the_suite() -> None:
 
 
 def start_process(command: list[str], **popen: Any) -> subprocess.Popen[Any]:
-    """Start ``command`` in a process group of its own, recorded until :func:`stop_process` stops it."""
+    """Start ``command`` in a process group of its own, recorded until :func:`stop_process` stops it.
+
+    Call it from a thread that lives as long as the process should: the kernel sends the child its
+    SIGTERM when the thread that started it ends, not only the suite.
+    """
     process = subprocess.Popen(command, start_new_session=True, preexec_fn=_die_with_the_suite, **popen)  # noqa: PLW1509
     REGISTRY.mkdir(exist_ok=True)
     (REGISTRY / str(process.pid)).write_text(json.dumps({"suite": os.getpid(), "command": command[0]}))

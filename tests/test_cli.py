@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import redis
 
 from pipelines.store import RedisRunStore
 from tests.housekeeping import fresh_namespace, start_process, stop_process
+from tests.stuck_servers import StuckServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -39,16 +38,16 @@ def environment(namespace: str, **extra: str) -> dict[str, str]:
     }
 
 
-def pipelines(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return installed(env, "pipelines", *args)
+def pipelines(env: dict[str, str], *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return installed(env, "pipelines", *args, cwd=cwd)
 
 
-def installed(env: dict[str, str], program: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run one of the virtualenv's console scripts to its end."""
+def installed(env: dict[str, str], program: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run one of the virtualenv's console scripts to its end (in the repository, or in ``cwd``)."""
     return subprocess.run(
         [str(BIN / program), *args],
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -115,6 +114,12 @@ def test_status_shows_a_run_and_its_steps_also_as_json(env: dict[str, str]) -> N
     assert [step["actor"] for step in status["steps"]] == ["fetch_image"] + ["make_thumbnail"] * 3 + ["publish_gallery"]
     assert isinstance(status["result"], dict)  # a JSON value, not a string of JSON
     assert [child["kind"] for child in status["shape"]["children"]] == ["step", "group", "step"]
+    # Each step names the worker that ran it: the `dramatiq` worker process, not this one.
+    worker = rf"{re.escape(socket.gethostname())}:(\d+)/\S+"
+    assert re.search(rf"0\.0 fetch_image  succeeded .* on {worker}", text.stdout)
+    pids = {re.fullmatch(worker, step["worker"] or "") for step in status["steps"]}
+    assert None not in pids
+    assert str(os.getpid()) not in {found.group(1) for found in pids if found}
 
 
 def test_an_event_published_from_the_cli_starts_the_subscribed_pipeline_once(env: dict[str, str]) -> None:
@@ -182,6 +187,10 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert re.search(r"send_welcome_email\s+fire_and_forget\s+notifications", topology.stdout)
     assert re.search(r"export_orders\s+long_running\s+long_running", topology.stdout)
     assert re.search(r"nightly_report\s+scheduled.*missed ticks: catch_up", topology.stdout)
+    # The count the README gives for the example domain, with its terms.
+    assert topology.stdout.strip().splitlines()[-1] == (
+        "59 queues = 2 x 21 actors + 10 delay tiers + 7 more partitions of ordered actors"
+    )
     # Each table has its header.
     assert re.search(r"ACTOR\s+PROFILE\s+QUEUE\s+CONSUMES", topology.stdout)
     assert re.search(r"QUEUE\s+ROLE\s+MESSAGES", queues.stdout)
@@ -252,6 +261,24 @@ def test_bad_input_gives_one_clear_line_and_no_traceback(
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("config", ["none", "without [app]"])
+def test_with_nothing_naming_the_app_the_cli_says_how_to_name_it(tmp_path: Path, config: str) -> None:
+    if config != "none":
+        (tmp_path / "config.toml").write_text('namespace = "shop"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_") and k != "PYTHONPATH"}
+
+    result = pipelines(env, "runs", cwd=tmp_path)
+
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("pipelines: No app to load: ")
+    assert ("there is no config.toml" if config == "none" else "config.toml sets no [app] actors") in line
+    assert f"{tmp_path} has no module 'actors'" in line
+    for way in ("`pipelines --app shop ...`", '[app] actors = "shop" in config.toml', "PIPELINES_APP__ACTORS=shop"):
+        assert way in line
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize(
     "args", [["top", "--interval", "-1"], ["run", "thumbnails", "--timeout", "0"], ["run", "x", "--timeout", "nan"]]
 )
@@ -285,42 +312,20 @@ def test_an_unreachable_rabbitmq_is_named_with_its_masked_url(services: None) ->
     assert "step None" not in status.stdout
 
 
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A port that accepts TCP connections and never answers (a stuck broker), closed after the test."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                accepted.append(listener.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1]
-    stop.set()
-    thread.join()
-    for connection in accepted:
-        connection.close()
-    listener.close()
-
-
 def test_a_rabbitmq_that_takes_tcp_but_never_answers_the_handshake_is_named_so_with_the_file_handle_hint(
-    services: None, silent_server: int
+    services: None, silent_server: StuckServer
 ) -> None:
+    # The default connection attempts (3): the silent server is asked once, not three times.
     env = environment(
         fresh_namespace(),
-        PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server}/%2F?stack_timeout=1",
-        PIPELINES_BROKER__CONNECTION_ATTEMPTS="1",
+        PIPELINES_BROKER__URL=f"amqp://guest:guest@127.0.0.1:{silent_server.port}/%2F?stack_timeout=1",
     )
 
     result = pipelines(env, "run", "thumbnails", "--arg", "url=x")
     RedisRunStore(url=REDIS_URL, namespace=env["PIPELINES_NAMESPACE"], retention_s=60).delete_namespace()
 
-    where = f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server}/%2F?stack_timeout=1"
+    where = f"RabbitMQ at amqp://guest:***@127.0.0.1:{silent_server.port}/%2F?stack_timeout=1"
+    assert silent_server.taken == 1
     assert result.returncode == 1
     assert f"{where} takes TCP connections but does not answer the AMQP handshake" in result.stderr
     assert "out of file handles" in result.stderr

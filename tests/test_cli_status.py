@@ -22,6 +22,7 @@ def _chord(members: int, *, failed: int | None = None) -> RunStatus:
             started_at_ms=1_000,
             finished_at_ms=1_250,
             error="ValueError: bad row" if i == failed else None,
+            worker=f"web-{i % 2}:42{i}/Thread-{i}",
         )
         for i in range(members)
     ]
@@ -48,7 +49,9 @@ def test_a_chord_is_drawn_as_a_tree_with_its_members_folded_and_the_failed_one_i
     assert lines[1].endswith(f"trace {'ab' * 16}")
     assert "chord  19 succeeded, 1 failed, 1 skipped" in text
     assert "group (20)" in text
-    assert re.search(r"0\.0\.17 member  failed  0\.250 s  attempts=3  ValueError: bad row", text)
+    assert re.search(
+        r"0\.0\.17 member  failed  0\.250 s  attempts=3  on web-1:4217/Thread-17  ValueError: bad row", text
+    )
     assert re.search(r"\.\.\. 12 more \(12 succeeded\)", text)
     assert re.search(r"0\.1 callback  skipped", text)
     assert lines[-1] == "error at step 0.0.17: ValueError: bad row"
@@ -68,6 +71,7 @@ def test_a_run_that_never_started_says_why_without_a_step() -> None:
     text = format_status(never)
 
     assert "0 one  skipped" in text
+    assert " on " not in text  # no worker ever claimed the step
     assert text.splitlines()[-1] == "error: The run could not be started: interrupted"
     assert "None" not in text
 
@@ -81,3 +85,9 @@ def test_the_json_status_carries_the_result_as_a_value_and_the_shape() -> None:
     assert data["shape"]["kind"] == "chord"
     assert [child["kind"] for child in data["shape"]["children"]] == ["group", "step"]
     assert data["shape"]["children"][0]["size"] == 3
+    assert [step["worker"] for step in data["steps"]] == [
+        "web-0:420/Thread-0",
+        "web-1:421/Thread-1",
+        "web-0:422/Thread-2",
+        None,
+    ]

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.config_errors import ENV_PREFIX
 from pipelines.metrics_http import HEALTH_PATH
+from tests.backends import DEFAULT_POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TOML = ROOT / "config.toml"
@@ -36,14 +37,19 @@ SERVICES = {
     "worker",
     "worker-long",
     "scheduler",
+    "postgres",
 }
 ALERTMANAGER_YML = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 README = ROOT / "README.md"
 #: RabbitMQ release lines past the end of their community support (rabbitmq.com/release-information).
 RABBITMQ_ENDED = {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "4.0", "4.1"}
-#: The RabbitMQ the test suite runs against (the README says so).
-RABBITMQ_TESTED = "3.10"
+#: The RabbitMQ and Redis the test suite runs against here (the README says so; pytest's header says
+#: what each run found).
+RABBITMQ_TESTED = "3.10.8"
+REDIS_TESTED = "7.0.15"
 APP_SERVICES = ["worker", "worker-long", "scheduler"]
+#: Images whose projects number their releases major.minor (PostgreSQL since 10).
+TWO_PART_RELEASES = {"postgres"}
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -397,12 +403,24 @@ def test_the_app_services_are_healthy_by_the_health_path_of_their_metrics_port(
 
 def test_every_image_is_pinned_to_a_release(services: dict[str, dict[str, Any]]) -> None:
     pulled = {name: s["image"] for name, s in services.items() if "build" not in s}
-    unpinned = {name: image for name, image in pulled.items() if not re.search(r":v?\d+\.\d+\.\d+(-\w+)?$", image)}
+    release = {True: r":v?\d+\.\d+(-\w+)?$", False: r":v?\d+\.\d+\.\d+(-\w+)?$"}
+    unpinned = {
+        name: image
+        for name, image in pulled.items()
+        if not re.search(release[image.split(":")[0] in TWO_PART_RELEASES], image)
+    }
     assert pulled
     assert unpinned == {}
 
 
-def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_are_tested(
+def test_the_apps_image_is_built_on_a_pinned_python_release() -> None:
+    [base] = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)
+
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base), base
+    assert base in README.read_text()
+
+
+def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_versions_are_tested_and_pinned(
     services: dict[str, dict[str, Any]],
 ) -> None:
     version = services["rabbitmq"]["image"].split(":")[1].split("-")[0]
@@ -411,6 +429,8 @@ def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_are_tested(
     assert ".".join(version.split(".")[:2]) not in RABBITMQ_ENDED
     assert f"RabbitMQ {version}" in readme
     assert f"RabbitMQ {RABBITMQ_TESTED}" in readme
+    assert f"Redis {services['redis']['image'].split(':')[1]}" in readme
+    assert f"Redis {REDIS_TESTED}" in readme
 
 
 def test_redis_keeps_the_run_store_in_an_append_only_file_on_a_volume(
@@ -435,10 +455,38 @@ def test_prometheus_sends_its_alerts_to_the_alertmanager_service(services: dict[
     assert services["prometheus"]["depends_on"]["alertmanager"]["condition"] == "service_healthy"
 
 
-def test_amtool_accepts_the_alertmanager_config() -> None:
+def _amtool_check(path: Path) -> subprocess.CompletedProcess[str]:
     amtool = shutil.which("amtool")
     assert amtool, "amtool is not installed: run `make tools` (as root it installs Debian's prometheus-alertmanager)."
-    result = subprocess.run(
-        [amtool, "check-config", str(ALERTMANAGER_YML)], capture_output=True, text=True, timeout=60, check=False
-    )
+    return subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    result = _amtool_check(ALERTMANAGER_YML)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_postgres_serves_the_tests_database_on_this_machines_loopback_only(services: dict[str, dict[str, Any]]) -> None:
+    postgres = services["postgres"]
+    url = urlsplit(DEFAULT_POSTGRES_URL)
+    environment = _environment(postgres)
+
+    # A password-less login: nobody but this machine may reach it.
+    assert postgres["ports"] == [f"127.0.0.1:{url.port}:5432"]
+    assert environment["POSTGRES_HOST_AUTH_METHOD"] == "trust"
+    assert environment["POSTGRES_DB"] == url.path.lstrip("/")
+    assert url.username == "postgres"  # the image's superuser
+    assert not any("postgres" in service.get("depends_on", {}) for service in services.values())  # tests only
+
+
+def test_the_example_receivers_once_uncommented_are_a_valid_alertmanager_config(tmp_path: Path) -> None:
+    # What an operator does: remove the "# " before an example's lines under the team receiver.
+    example = re.compile(r"^(    )# ((?:webhook|slack|email)_configs:|  .*)$", flags=re.MULTILINE)
+    uncommented = tmp_path / "alertmanager.yml"
+    uncommented.write_text(example.sub(r"\1\2", ALERTMANAGER_YML.read_text()))
+
+    result = _amtool_check(uncommented)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    [team] = _load_yaml(uncommented)["receivers"]
+    assert {"webhook_configs", "slack_configs", "email_configs"} <= set(team)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
+from pathlib import Path
 
 import pika
+import pytest
 import redis
 
-from tests.conftest import AMQP_URL, REDIS_URL
+from tests.backends import AMQP_URL, REDIS_URL
 from tests.housekeeping import (
     REGISTRY,
     RUN_STARTED_S,
+    ListingUnavailable,
     delete_stale_namespaces,
+    delete_test_namespace,
     fresh_namespace,
     is_stale,
     listed,
@@ -21,13 +26,12 @@ from tests.housekeeping import (
     stop_leftover_processes,
     stop_process,
 )
+from tests.ports import free_port
 
 
 def _gone_pid() -> int:
     """The pid of a process that has ended (a run that was interrupted)."""
-    process = subprocess.Popen(["true"])
-    process.wait()
-    return process.pid
+    return int(subprocess.run(["sh", "-c", "echo $$"], capture_output=True, check=True).stdout)
 
 
 def _declare(namespace: str) -> None:
@@ -44,7 +48,7 @@ def _delete(namespace: str) -> None:
 
 def _left(namespaces: list[str]) -> list[str]:
     """The namespaces that still have a queue or a Redis key."""
-    queues = listed("list_queues")
+    queues = listed("list_queues", amqp_url=AMQP_URL)
     client = redis.Redis.from_url(REDIS_URL)
     return [
         namespace
@@ -100,3 +104,49 @@ def test_a_process_that_ignores_sigterm_is_killed_with_its_group_when_the_test_e
 
     assert status != 0
     assert not (REGISTRY / str(stubborn.pid)).exists()
+
+
+def test_without_rabbitmqctl_or_management_api_teardown_says_so_and_still_deletes_the_redis_keys(
+    no_rabbitmqctl: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIPELINES_TEST_RABBITMQ_API", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    namespace = fresh_namespace()
+    client = redis.Redis.from_url(REDIS_URL)
+    client.set(f"{namespace}:run:1", "x")
+
+    with pytest.raises(ListingUnavailable) as unavailable:
+        delete_test_namespace(AMQP_URL, REDIS_URL, namespace)
+
+    assert "PIPELINES_TEST_RABBITMQCTL" in str(unavailable.value)
+    assert "PIPELINES_TEST_RABBITMQ_API" in str(unavailable.value)
+    assert "guest" not in str(unavailable.value)  # no credentials in what is printed
+    assert not client.exists(f"{namespace}:run:1")
+
+
+TESTS = Path(__file__).resolve().parent
+#: Where a process may be started otherwise, and why the helper does not fit there.
+STARTED_OTHERWISE = {
+    "housekeeping.py": "the helper itself",
+    "test_housekeeping.py": "this check, whose pattern names what it looks for",
+    "fresh_imports.py": "it forks a child per module to import and waits for every one before it returns",
+    "cluster/harness/local_slot.py": "its guardian must outlive the session: it sweeps the slot when the session dies",
+    "cluster/harness/local_rabbit.py": "cluster nodes in network namespaces, which the slot's sweep kills by namespace",
+    "cluster/harness/local_redis.py": "cluster servers, which the slot's sweep kills by working directory",
+}
+STARTS = re.compile(r"\bPopen\(|\bos\.(fork|spawn\w*|exec\w*)\(|multiprocessing|create_subprocess_exec")
+
+
+def test_every_process_a_test_starts_goes_through_the_process_helper() -> None:
+    """So each is in a group of its own, dies with the suite, is recorded until it is stopped and is
+    stopped with its group however the test ends (``subprocess.run`` waits for its process: allowed)."""
+    found = [
+        f"{path.relative_to(TESTS)}:{number}: {line.strip()}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if str(path.relative_to(TESTS)) not in STARTED_OTHERWISE
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if STARTS.search(line) and not line.lstrip().startswith("#")
+    ]
+
+    assert found == [], "start these with tests.housekeeping.start_process (stop with stop_process):\n" + "\n".join(
+        found
+    )

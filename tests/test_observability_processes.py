@@ -245,7 +245,7 @@ def query_with_prometheus(port: int, tmp_path: Path) -> float:
         "global: {scrape_interval: 1s}\n"
         f"scrape_configs: [{{job_name: worker, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n"
     )
-    server = subprocess.Popen(
+    server = start_process(
         [
             "prometheus",
             f"--config.file={config}",
@@ -270,5 +270,4 @@ def query_with_prometheus(port: int, tmp_path: Path) -> float:
             time.sleep(0.5)  # until Prometheus has scraped once
         raise AssertionError("Prometheus never answered the query")
     finally:
-        server.terminate()
-        server.wait(timeout=TIMEOUT_S)
+        stop_process(server, timeout_s=TIMEOUT_S)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.housekeeping import fresh_namespace
+from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 BIN = Path(sys.executable).parent
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -89,7 +88,7 @@ def project(tmp_path: Path, delete_namespace: Callable[[str], None]) -> Iterator
     }
     log = tmp_path / "worker.log"
     with log.open("w") as out:
-        worker = subprocess.Popen(
+        worker = start_process(
             [str(BIN / "dramatiq"), "shop", "--processes", "1", "--threads", "2"],
             cwd=tmp_path,
             env=env,
@@ -104,12 +103,9 @@ def project(tmp_path: Path, delete_namespace: Callable[[str], None]) -> Iterator
             time.sleep(0.05)
         yield tmp_path, env
     finally:
-        worker.send_signal(signal.SIGTERM)
         try:
-            worker.wait(timeout=TIMEOUT_S)
+            stop_process(worker, timeout_s=TIMEOUT_S)
         finally:
-            if worker.poll() is None:
-                worker.kill()
             delete_namespace(namespace)
     assert "UnknownPipeline" not in log.read_text(), log.read_text()[-2000:]
 
@@ -147,11 +143,9 @@ def test_the_readme_subscriber_starts_a_registered_pipeline_inside_a_dramatiq_wo
     assert json.loads(published.stdout) == ["succeeded"]
 
 
-@pytest.mark.integration
-def test_the_cli_starts_the_projects_pipeline_from_its_directory(project: tuple[Path, dict[str, str]]) -> None:
-    directory, env = project
-    result = subprocess.run(
-        [str(BIN / "pipelines"), "run", "fulfilment", "--arg", "order_id=2", "--wait"],
+def _cli(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "pipelines"), *args],
         cwd=directory,
         env=env,
         capture_output=True,
@@ -160,5 +154,23 @@ def test_the_cli_starts_the_projects_pipeline_from_its_directory(project: tuple[
         check=False,
     )
 
+
+@pytest.mark.integration
+def test_the_cli_starts_the_projects_pipeline_from_its_directory(project: tuple[Path, dict[str, str]]) -> None:
+    directory, env = project
+    result = _cli(directory, env, "run", "fulfilment", "--arg", "order_id=2", "--wait")
+
     assert result.returncode == 0, result.stderr
     assert "shipped 20" in result.stdout
+
+
+@pytest.mark.integration
+def test_the_cli_imports_the_module_given_with_app_over_the_configured_one(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    directory, env = project
+    misconfigured = env | {"PIPELINES_APP__ACTORS": "no_such_module"}
+    result = _cli(directory, misconfigured, "--app", "shop", "run", "fulfilment", "--arg", "order_id=3", "--wait")
+
+    assert result.returncode == 0, result.stderr
+    assert "shipped 30" in result.stdout

@@ -4,31 +4,41 @@ Nothing leaves the process. A publish is matched against the same bindings Rabbi
 ``pipelines.topology``) and each matching actor gets its own resolved copy, so a fan-out is still one
 publish and an event still reaches every subscriber. Delayed messages wait in the worker's memory (the
 stub's delay queues), which is fine for tests and demos and is why production uses RabbitMQ.
+
+Each body taken from a queue is screened as RabbitMQ's consumer screens a delivery (the same
+``pipelines.broker.screening``): one that is not a message for an actor of its queue is kept as that
+queue's dead letter with the reason, and never reaches a worker thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 from collections.abc import Iterable, Iterator, Sequence
-from queue import Queue
+from queue import Empty, Queue
 from typing import Any
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import current_millis, dq_name
+from dramatiq.errors import QueueNotFound
 
 from pipelines import naming
 from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
-from pipelines.codec import decode_message, encode_message
+from pipelines.broker.screening import letter_id, named_actor, refusal, screen, shared_queue_actor
+from pipelines.codec import encode_message
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
-from pipelines.delivery import resolve
+from pipelines.delivery import UnresolvableMessage, resolve
 from pipelines.errors import DefinitionError, Unroutable
 from pipelines.outbound import Outbound
 from pipelines.outcome import outcome_of
 from pipelines.routing import route_of, topic_matches
 from pipelines.topology import Topology
+
+logger = logging.getLogger(__name__)
 
 
 class MemoryBroker(HookDispatch, StubBroker):
@@ -49,6 +59,8 @@ class MemoryBroker(HookDispatch, StubBroker):
         self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         self.publish_count = 0
         self._topology = TopologyCache(namespace=namespace, config=config)
+        self._published_letters: list[RawDeadLetter] = []
+        """Dead letters published with :meth:`dead_letter` (refused bodies, lost long-running jobs)."""
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
         validate_actor(actor, namespace=self.namespace)
@@ -115,17 +127,40 @@ class MemoryBroker(HookDispatch, StubBroker):
         return [message for message, _, _ in routed]
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 100) -> dramatiq.broker.Consumer:
-        return _MemoryConsumer(super().consume(queue_name, prefetch, timeout), self.queues[queue_name])
+        if queue_name not in self.queues:
+            raise QueueNotFound(queue_name)  # type: ignore[no-untyped-call]
+        return _MemoryConsumer(self, queue_name, prefetch=prefetch, timeout_ms=timeout)
+
+    def screen(self, body: bytes, queue_name: str) -> dramatiq.Message[Any]:
+        """The message a body taken from ``queue_name`` is (see ``pipelines.broker.screening.screen``)."""
+        message, _ = screen(
+            body,
+            None,
+            actor=None,
+            queue_name=queue_name,
+            max_bytes=self.config.max_message_bytes,
+            actors=self.actors,
+        )
+        return message
+
+    def refuse(self, body: bytes, queue_name: str, error: Exception) -> None:
+        """Keep a body :meth:`screen` refused as the dead letter of the actor it names on ``queue_name``
+        (or, naming none of them, of the queue's first actor), with the reason."""
+        try:
+            actor = shared_queue_actor(named_actor(body), queue_name, self.actors)
+        except UnresolvableMessage:
+            actor = shared_queue_actor(None, queue_name, self.actors)
+        home = self.topology.actor_queues[actor]
+        logger.error("Dead-lettering a message on queue %r: %s: %s.", queue_name, type(error).__name__, error)
+        self.dead_letter(body, message_id=letter_id(body), reason=refusal(error, actor=actor, queue=home), queue=home)
 
     def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
         """Nothing to do: no consumer timeout applies in memory (see ``ExchangeBroker``)."""
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
-        """Keep a message of ``queue``'s actor as its dead letter, with ``reason`` (see ``DeadLetterAdmin``)."""
-        message = decode_message(body)
-        proxy = dramatiq.broker.MessageProxy(message)
-        outcome_of(proxy).dead_letter = reason
-        self.dead_letters_by_queue[message.queue_name].append(proxy)
+        """Keep ``body`` as a dead letter of ``queue``'s actor, with ``reason`` (see ``DeadLetterAdmin``)."""
+        dead = naming.dead_letter_queue(queue)
+        self._published_letters.append(RawDeadLetter(dead, body, reason.to_headers(), message_id))
 
     def _prepare(
         self, messages: Sequence[dramatiq.Message[Any]], delay: int | None
@@ -141,9 +176,11 @@ class MemoryBroker(HookDispatch, StubBroker):
         ]
         return [*self.outbound.prepare(self.actors, fresh, delay, accepted=self.actor_options), *back]
 
-    def _dead_letter_entries(self, queue: str) -> list[tuple[list[dramatiq.broker.MessageProxy], int, RawDeadLetter]]:
+    def _dead_letter_entries(self, queue: str) -> list[tuple[list[Any], int, RawDeadLetter]]:
+        """The dead letters of ``queue``, each with the list it is kept in and its place there: the worker's
+        rejected messages (the stub's dead letters), then those published with :meth:`dead_letter`."""
         topology = self.topology
-        entries = []
+        entries: list[tuple[list[Any], int, RawDeadLetter]] = []
         for proxies in self.dead_letters_by_queue.values():
             for index, proxy in enumerate(proxies):
                 source = topology.actor_queues.get(proxy.actor_name, "")
@@ -153,6 +190,8 @@ class MemoryBroker(HookDispatch, StubBroker):
                 headers = reason.to_headers() if reason else {}
                 letter = RawDeadLetter(queue, encode_message(proxy._message), headers, proxy.message_id)
                 entries.append((proxies, index, letter))
+        published = self._published_letters
+        entries += [(published, index, letter) for index, letter in enumerate(published) if letter.queue == queue]
         return entries
 
     def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
@@ -182,33 +221,66 @@ class MemoryBroker(HookDispatch, StubBroker):
 
 
 class _MemoryConsumer(dramatiq.broker.Consumer):
-    """The stub's consumer, settling retries in place and dropped messages as RabbitMQ's does."""
+    """Consumes one memory queue: screens each body (see the module docstring), and settles retries in
+    place and dropped messages as RabbitMQ's consumer does."""
 
-    def __init__(self, inner: dramatiq.broker.Consumer, queue: Queue[bytes]) -> None:
-        self.inner = inner
-        self.queue = queue
+    def __init__(self, broker: MemoryBroker, queue_name: str, *, prefetch: int, timeout_ms: int) -> None:
+        self.broker = broker
+        self.queue_name = queue_name
+        self.queue: Queue[bytes] = broker.queues[queue_name]
+        self.dead_letters: list[dramatiq.broker.MessageProxy] = broker.dead_letters_by_queue[queue_name]
+        self.timeout_s = timeout_ms / 1000
+        self._slots = threading.Semaphore(prefetch)
+        """One per message taken and not settled yet (Dramatiq's prefetch)."""
 
     def __next__(self) -> dramatiq.broker.MessageProxy | None:
-        return next(self.inner)
+        if not self._slots.acquire(timeout=self.timeout_s):
+            return None
+        try:
+            body = self.queue.get(timeout=self.timeout_s)
+        except Empty:
+            self._slots.release()
+            return None
+        try:
+            message = self.broker.screen(body, self.queue_name)
+        except Exception as e:  # whatever the queue held, it must not reach Dramatiq's consumer loop
+            try:
+                self.broker.refuse(body, self.queue_name, e)
+            except Exception:  # no dead letter could be made of it: said here, never raised to the loop
+                logger.exception("Dropping a message on queue %r that could not be dead-lettered.", self.queue_name)
+            self._settle()
+            return None
+        return _Delivery(message)
+
+    def _settle(self) -> None:
+        self.queue.task_done()
+        self._slots.release()
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         if outcome_of(message).requeue_in_place:
             # Memory queues have no head to return to: the retry goes to the back (order is not kept),
             # with the retry count ``Backoff`` already added to its options.
             self.queue.put(encode_message(message._message))
-        self.inner.ack(message)
+        self._settle()
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if outcome_of(message).drop:
-            self.inner.ack(message)
-        else:
-            self.inner.nack(message)
+        if not outcome_of(message).drop:
+            self.dead_letters.append(message)
+        self._settle()
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
-        self.inner.requeue(messages)
+        """Nothing to return: the worker stops with the process, and its memory queues with it."""
 
     def close(self) -> None:
-        self.inner.close()
+        """Nothing to close."""
+
+
+class _Delivery(dramatiq.broker.MessageProxy):
+    """A message taken from a memory queue; it keeps its actor's exception, as the stub's messages do,
+    so that ``join(fail_fast=True)`` can raise it."""
+
+    def clear_exception(self) -> None:
+        """Kept (see the class docstring): the garbage collector breaks the cycle once it is unused."""
 
 
 def _without(options: dict[str, Any], key: str) -> dict[str, Any]:

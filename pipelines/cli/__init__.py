@@ -1,9 +1,11 @@
 """The ``pipelines`` command: start and follow runs, publish events, inspect queues and topology.
 
 Every command reads ``config.toml`` (or ``--config``/``$PIPELINES_CONFIG``) and the ``PIPELINES_*``
-variables. Errors are one line on stderr and a non-zero exit status: 2 when the command as given can
-never work (usage, configuration, an unknown name, input that does not validate), 1 when it could not
-be done this time (a service, a failed run, a run or dead letter that is not there).
+variables, and imports the user's app module from the working directory (``[app] actors``, or
+``--app``), refusing to guess one when nothing names it. Errors are one line on stderr and a non-zero
+exit status: 2 when the command as given can never work (usage, configuration, an unknown name, input
+that does not validate), 1 when it could not be done this time (a service, a failed run, a run or dead
+letter that is not there).
 
 The framework is imported once the command is known, so ``--help`` and usage errors answer at once.
 """
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pipelines.cli.status import format_status
+    from pipelines.config import Settings
 
 __all__ = ["build_parser", "format_status", "main"]
 #: What `pipelines demo` says: the demo is example code, kept with the example actors.
@@ -64,12 +67,23 @@ def _add_runs(commands: Any) -> None:
     runs.add_argument("--json", action="store_true", help="print JSON: the runs and the next page's cursor")
 
 
+def _add_app_options(parser: argparse.ArgumentParser) -> None:
+    """What every command reads: the config file, and the module of the user's app."""
+    parser.add_argument("--config", metavar="PATH", help="config file (default: $PIPELINES_CONFIG or ./config.toml)")
+    parser.add_argument(
+        "--app",
+        metavar="MODULE",
+        help="the module that declares your actors, imported from this directory like `dramatiq MODULE` "
+        "(overrides [app] actors)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipelines",
         description="Run and inspect rabbit-pipelines pipelines on RabbitMQ (or the embedded broker).",
     )
-    parser.add_argument("--config", metavar="PATH", help="config file (default: $PIPELINES_CONFIG or ./config.toml)")
+    _add_app_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="start a registered pipeline", description="Start a registered pipeline.")
@@ -187,6 +201,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # and that module configures the app (from --config too).
         if args.config:
             os.environ["PIPELINES_CONFIG"] = args.config
+        if args.app:
+            os.environ["PIPELINES_APP__ACTORS"] = args.app
         from pipelines.scheduler import main as scheduler_main
 
         return scheduler_main(rest)
@@ -212,9 +228,12 @@ def _command(args: argparse.Namespace) -> int:
         from pipelines.config import load_settings
 
         settings = load_settings(args.config)
+        if args.app:
+            settings = settings.model_copy(update={"app": settings.app.model_copy(update={"actors": args.app})})
         if args.command == "config":
             print_config(settings.masked())
             return 0
+        _check_app_is_named(settings, args.config)
         app = configure(settings)
         app.load_modules()
         return COMMANDS[args.command](app, args, Output())
@@ -226,6 +245,29 @@ def _command(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _check_app_is_named(settings: Settings, config: str | None) -> None:
+    """Refuse to guess the user's app: when nothing names it and the default module is not here, say how.
+
+    Raises:
+        ConfigError: Neither the config file, ``PIPELINES_APP__ACTORS`` nor ``--app`` names the actors'
+            module, and the default one (``actors``) is not importable from this directory.
+    """
+    import importlib.util
+
+    from pipelines.config import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH
+    from pipelines.errors import ConfigError
+
+    if "actors" in settings.app.model_fields_set or importlib.util.find_spec(settings.app.actors) is not None:
+        return
+    file = config or os.environ.get(CONFIG_PATH_ENV) or str(DEFAULT_CONFIG_PATH)
+    where = f"{file} sets no [app] actors" if os.path.exists(file) else f"there is no {file}"
+    raise ConfigError(
+        f"No app to load: {where}, PIPELINES_APP__ACTORS is not set and {os.getcwd()} has no module "
+        f"{settings.app.actors!r}. Name the module that declares your actors: `pipelines --app shop ...`, "
+        '[app] actors = "shop" in config.toml (or --config PATH), or PIPELINES_APP__ACTORS=shop.'
+    )
 
 
 def _page_size(text: str) -> int:

@@ -217,6 +217,11 @@ def topology(app: App, args: argparse.Namespace, out: Output) -> int:
     ]
     out.table(["EXCHANGE", "", "QUEUE", "KEY"], bindings, title="bindings")
     out.table(["PIPELINE"], [[name] for name in data["pipelines"]], title="pipelines")
+    partitions = sum(len(consumed) - 1 for consumed in declared.consume_queues.values())
+    out.line(
+        f"{len(declared.queues)} queues = 2 x {len(actors)} actors + {len(declared.delay_tiers_ms)} delay tiers "
+        f"+ {partitions} more partitions of ordered actors"
+    )
     return 0
 
 

@@ -1,5 +1,5 @@
 """A run read as a whole: its pipeline's shape as a tree (chain, fan-out, group, chord, members folded
-when many), each step with its state, attempts, duration, progress and error, and the trace id.
+when many), each step with its state, attempts, duration, progress, worker and error, and the trace id.
 
 The shape comes from :func:`pipelines.console.shape.build_shape`, the one the web console draws.
 """
@@ -48,6 +48,8 @@ def _step_line(step: StepStatus, now_ms: int) -> Text:
         line.append(f"  attempts={step.attempts}", style="yellow")
     if step.progress is not None and step.state in ("running", "retrying"):
         line.append(f"  {step.progress:.0%} {step.progress_text or ''}".rstrip())
+    if step.worker:
+        line.append(f"  on {step.worker}", style="dim")
     if step.error:
         line.append(f"  {step.error}", style="red")
     return line

@@ -62,7 +62,7 @@ def _step_view(step: StepStatus, now_ms: int) -> StepView:
         progress=step.progress,
         progress_text=step.progress_text,
         error=_clean(step.error),
-        worker=getattr(step, "worker", None),
+        worker=step.worker,
     )
 
 
@@ -197,7 +197,9 @@ class ConsoleData:
         kwargs: dict[str, Any] | None = None
         source = None
         continuations = self.app.store.run_continuations(run.run_id)
-        if letters:
+        if letters and letters[-1].sealed:
+            source = "sealed"  # the actor encrypts its arguments: they travel in the seal, not in args
+        elif letters:
             args, kwargs, source = letters[-1].args, letters[-1].kwargs, "dead letter"
         else:
             leaf = next(

@@ -122,7 +122,8 @@ class StepDetail:
     kwargs: dict[str, Any] | None
     arguments_from: str | None
     """Where the arguments come from: "plan" (bound when the pipeline was built, the previous result
-    added when it runs), "dead letter" (as it last ran), or None when the store keeps none (first steps)."""
+    added when it runs), "dead letter" (as it last ran), "sealed" (its dead letter's, sealed: none
+    shown), or None when the store keeps none (first steps)."""
     result_json: str | None
     dead_letters: tuple[LetterView, ...]
 

@@ -37,7 +37,7 @@ FOLD_AT = 8
 LIVE_PAGES = frozenset({"runs", "run", "dead_letters", "queues", "problem"})
 #: Run states, in the order the filter offers them.
 RUN_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
-#: Time ranges the runs filter offers.
+#: Time ranges the runs filter offers: started since, and started before.
 SINCE_CHOICES = (
     ("", "any time"),
     ("15m", "last 15 minutes"),
@@ -45,6 +45,15 @@ SINCE_CHOICES = (
     ("24h", "last day"),
     ("7d", "last week"),
 )
+UNTIL_CHOICES = (
+    ("", "now"),
+    ("15m", "15 minutes ago"),
+    ("1h", "an hour ago"),
+    ("24h", "a day ago"),
+    ("7d", "a week ago"),
+)
+#: The runs filter's fields (a filtered list says so, and offers to clear them).
+FILTERS = ("state", "pipeline", "since", "until", "key")
 
 
 def _unsealed_view(value: Any) -> Any:
@@ -150,6 +159,8 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
             runs=page,
             states=RUN_STATES,
             since_choices=SINCE_CHOICES,
+            until_choices=UNTIL_CHOICES,
+            filtered=any(request.query_params.get(name) for name in FILTERS),
             pipelines=data.pipelines(),
             live=cursor is None,
         )

@@ -60,7 +60,7 @@ class NewRun:
 
 @dataclass(frozen=True)
 class StepStatus:
-    """One step of a run: its id (path in the pipeline), actor, state, attempts and timings."""
+    """One step of a run: its id (path in the pipeline), actor, state, attempts, timings and worker."""
 
     node: str
     actor: str
@@ -72,6 +72,8 @@ class StepStatus:
     progress: float | None = None
     """What the step last reported with ``report_progress`` (0..1), and its text."""
     progress_text: str | None = None
+    worker: str | None = None
+    """The worker whose claim started the latest attempt (``host:pid/thread``); None before one ran."""
 
 
 @dataclass(frozen=True)

@@ -180,8 +180,8 @@ class RedisRunStore:
             exists = self._redis.exists(self._key(run_id))
         return run_id if exists else None
 
-    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
-        return replies.claim(self._run(self._claim, [self._key(run_id)], [node, lease_ms, attempt]))
+    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int, worker: str = "") -> Claim:
+        return replies.claim(self._run(self._claim, [self._key(run_id)], [node, lease_ms, attempt, worker]))
 
     def complete_step(
         self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""

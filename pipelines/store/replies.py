@@ -245,6 +245,7 @@ def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStat
                 error=data.get("e"),
                 progress=data.get("p"),
                 progress_text=data.get("pt") or None,
+                worker=data.get("w") or None,
             )
         )
     step_list.sort(key=lambda s: [int(part) for part in s.node.split(".")])

@@ -65,11 +65,12 @@ class RunSteps(RunStates, Protocol):
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
         """:meth:`create_run` for several runs, in one round trip."""
 
-    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int) -> Claim:
+    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int, worker: str = "") -> Claim:
         """Mark a step running under a lease, unless it must not run now (see :class:`Claim`).
 
         ``attempt`` is the message's own attempt number (1 + Dramatiq's retries): a newer attempt of a
-        step still marked running is the retry of that step, not a duplicate.
+        step still marked running is the retry of that step, not a duplicate. ``worker`` (``host:pid/thread``)
+        is recorded as the step's worker when the claim succeeds; the latest attempt's stays shown.
         """
 
     def complete_step(

@@ -28,8 +28,9 @@ from pipelines.config import Settings
 from pipelines.store import RedisRunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"))
-from fail_closed_support import POSTGRES_URL, Effects
+from fail_closed_support import Effects
 
+from tests.backends import POSTGRES_URL
 from tests.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster

@@ -12,8 +12,9 @@ import pytest
 from local_redis import LocalRedisCluster
 
 from pipelines.store import NewRun, RedisRunStore
+from tests.backends import STORE_KINDS, StoreKind
 from tests.housekeeping import fresh_namespace
-from tests.pipelines.store.conftest import STORE_URLS, chord_maker
+from tests.pipelines.store.conftest import chord_maker
 from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
 from tests.pipelines.store.test_once_marks import *  # noqa: F403
@@ -40,10 +41,10 @@ def cluster_url(cluster: LocalRedisCluster) -> str:
 
 @pytest.fixture
 def store_backend(redis_cluster: LocalRedisCluster) -> Iterator[str]:
-    """The backend's name, for the tests that make a store of their own from ``STORE_URLS``."""
-    STORE_URLS["cluster"] = cluster_url(redis_cluster)
+    """The store kind's name, for the tests that make a store of their own from ``STORE_KINDS``."""
+    STORE_KINDS["cluster"] = StoreKind(url=cluster_url(redis_cluster), partner=None, needs_services=False)
     yield "cluster"
-    del STORE_URLS["cluster"]
+    del STORE_KINDS["cluster"]
 
 
 @pytest.fixture

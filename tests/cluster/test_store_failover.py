@@ -27,13 +27,15 @@ from pipelines.app import build_app
 from pipelines.config import Settings
 from pipelines.naming import run_key
 from pipelines.store import RedisRunStore
-from tests.conftest import AMQP_URL, TEST_DELAY_TIERS_S
+from tests.backends import AMQP_URL, TEST_DELAY_TIERS_S
 from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 HELPERS = Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"
 sys.path.insert(0, str(HELPERS))
 
-from fail_closed_support import POSTGRES_URL, Effects  # noqa: E402  (found on the path above)
+from fail_closed_support import Effects  # noqa: E402  (found on the path above)
+
+from tests.backends import POSTGRES_URL  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 

@@ -2,8 +2,10 @@
 
 Each test module gets one app in a namespace of its own (its queues and keys deleted afterwards), one
 worker for its actors and one console served by uvicorn in a thread on a free port; tests tell their
-runs apart by pipeline name. Browser tests drive Debian's Chromium through Playwright, with the flags
-a root user in a container needs, and leave screenshots in ``test-artifacts/console/``.
+runs apart by pipeline name. The app traces every run (spans kept in memory, the console linking each
+trace id to ``JAEGER_URL``) and seals what its ``vault`` actor encrypts. Browser tests drive Debian's
+Chromium through Playwright, with the flags a root user in a container needs, and leave screenshots in
+``test-artifacts/console/``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 import dramatiq
 import pytest
 import uvicorn
+from cryptography.fernet import Fernet
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import pipelines
 from pipelines.app import App, build_app
@@ -49,6 +53,10 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+#: Where the console links trace ids (nothing answers there: the tests only read the links).
+JAEGER_URL = "http://jaeger.test:16686"
+#: The password in the database URL that ``connect``'s errors name (the console must never show it).
+DB_PASSWORD = "s3cret-pw"
 
 
 @dataclass
@@ -60,6 +68,10 @@ class Actors:
     echo: dramatiq.Actor[Any, Any]
     flaky: dramatiq.Actor[Any, Any]
     slow: dramatiq.Actor[Any, Any]
+    vault: dramatiq.Actor[Any, Any]
+    """Encrypts: its arguments and result are sealed; a ``pan`` that is not digits fails it."""
+    connect: dramatiq.Actor[Any, Any]
+    """Fails as a database driver does, naming its URL with :data:`DB_PASSWORD` in it."""
     broken: threading.Event = field(default_factory=threading.Event)
     """While set, ``flaky`` raises."""
     release: threading.Event = field(default_factory=threading.Event)
@@ -86,20 +98,38 @@ def declare_actors(app: App) -> Actors:
             raise ConnectionError(f"the payment service refused order {x}")
         return x + 1
 
-    def slow(seconds: float) -> str:
+    def slow(seconds: float, *previous: Any) -> str:
         deadline = time.monotonic() + seconds
         while not release.wait(0.2) and time.monotonic() < deadline:
             left = max(0.0, deadline - time.monotonic())
             pipelines.report_progress(1 - left / seconds, f"{seconds - left:.0f} of {seconds:.0f} s")
         return "slept"
 
-    def declare(fn: Callable[..., Any]) -> dramatiq.Actor[Any, Any]:
+    def vault(pan: str, *previous: Any) -> str:
+        if not pan.isdigit():
+            raise ValueError("that is not a card number")
+        return pan[-4:]
+
+    def connect(database: str, *previous: Any) -> None:
+        raise ConnectionError(f"could not connect to postgresql://orders:{DB_PASSWORD}@db.internal:5432/{database}")
+
+    def declare(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor[Any, Any]:
         made: dramatiq.Actor[Any, Any] = dramatiq.actor(
-            broker=app.broker, actor_name=fn.__name__, queue_name="console"
+            broker=app.broker, actor_name=fn.__name__, queue_name="console", **options
         )(fn)
         return made
 
-    return Actors(declare(double), declare(total), declare(echo), declare(flaky), declare(slow), broken, release)
+    return Actors(
+        declare(double),
+        declare(total),
+        declare(echo),
+        declare(flaky),
+        declare(slow),
+        declare(vault, encrypt=True),
+        declare(connect),
+        broken,
+        release,
+    )
 
 
 @dataclass
@@ -116,7 +146,8 @@ class Console:
 
 def console_settings(metrics_port: int) -> Settings:
     """A fresh namespace on the real services: no retries (a failure is a dead letter at once), few delay
-    tiers, and the worker's metrics (heartbeats every 0.5 s) where the console reads them."""
+    tiers, the worker's metrics (heartbeats every 0.5 s) where the console reads them, every run traced,
+    and a key to seal with."""
     return Settings.from_values(
         {
             "namespace": fresh_namespace(),
@@ -124,7 +155,14 @@ def console_settings(metrics_port: int) -> Settings:
             "store": {"url": REDIS_URL},
             "retries": {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2},
             "metrics": {"enabled": True, "multiprocess": False, "heartbeat_interval_s": 0.5},
-            "ui": {"token": TOKEN, "refresh_s": 0.5, "metrics_urls": [f"http://127.0.0.1:{metrics_port}/metrics"]},
+            "telemetry": {"enabled": True, "sample_ratio": 1.0},
+            "encryption": {"keys": [Fernet.generate_key().decode()]},
+            "ui": {
+                "token": TOKEN,
+                "refresh_s": 0.5,
+                "metrics_urls": [f"http://127.0.0.1:{metrics_port}/metrics"],
+                "jaeger_url": JAEGER_URL,
+            },
         }
     )
 
@@ -133,7 +171,7 @@ def console_settings(metrics_port: int) -> Settings:
 def console(services: None) -> Iterator[Console]:
     """An app with the example actors and a worker, and its console on a free port (module-wide)."""
     metrics_port = free_port()
-    app = build_app(console_settings(metrics_port))
+    app = build_app(console_settings(metrics_port), span_exporter=InMemorySpanExporter())
     actors = declare_actors(app)
     boot(app)
     worker = dramatiq.Worker(app.broker, worker_threads=4, worker_timeout=100)

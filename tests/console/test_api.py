@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -10,8 +13,9 @@ import httpx
 import pytest
 
 from pipelines import chain, chord, fan_out, group, step
+from pipelines.composition import Node
 from pipelines.dead_letters import DeadLetterReason
-from tests.console.conftest import Console
+from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +87,9 @@ def test_a_run_reads_back_with_its_shape_and_each_step_with_its_arguments_and_re
     assert (grouped["size"], [m["node"] for m in grouped["children"]]) == (5, ["0.2.0", "0.2.1", "0.2.2"])
     assert grouped["folded"] == {"count": 2, "by_state": {"succeeded": 2}}
     assert (callback["step"]["actor"], callback["step"]["state"]) == ("total", "succeeded")
+    # Each step names the worker that ran it: this process's worker, one of its threads.
+    here = f"{socket.gethostname()}:{os.getpid()}/"
+    assert all(s["worker"].startswith(here) and len(s["worker"]) > len(here) for s in shown["steps"])
 
     member = http.get(f"/api/runs/{run.id}/steps/0.2.3").json()
     assert (member["args"], member["arguments_from"], member["result_json"]) == ([3], "plan", "9")
@@ -129,11 +136,15 @@ def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
 def failed_run(console: Console, x: int) -> Any:
     """A run failed at ``flaky``, once its dead letter is there too (it is published after the run fails)."""
     console.actors.broken.set()
-    letters = len(console.app.dead_letters.list("flaky"))
-    run = console.app.start(chain(step(console.actors.flaky, x), console.actors.double), name="dead")
+    return dead_lettered(console, chain(step(console.actors.flaky, x), console.actors.double), "flaky")
+
+
+def dead_lettered(console: Console, pipeline: Node, actor: str, name: str = "dead") -> Any:
+    """A run of ``pipeline`` that failed at ``actor``, once its dead letter is there too."""
+    run = console.app.start(pipeline, name=name)
     assert run.wait(timeout_s=30).state == "failed"
     deadline = time.monotonic() + 30
-    while len(console.app.dead_letters.list("flaky")) == letters:
+    while not any(letter.reason.run_id == run.id for letter in console.app.dead_letters.list(actor)):
         assert time.monotonic() < deadline, f"no dead letter of run {run.id} after 30 s"
         time.sleep(0.05)
     return run
@@ -215,3 +226,72 @@ def test_queues_show_depths_rates_and_the_live_workers(console: Console, http: h
             break
         assert time.monotonic() < deadline, "no processing rate after 30 s"
     assert rate > 0
+
+
+def test_sealed_values_stay_sealed_in_runs_steps_dead_letters_and_pages(console: Console, http: httpx.Client) -> None:
+    a, pan = console.actors, "4111111111111111"
+    name = console.pipeline_name("sealed")
+    # vault comes second: the run store keeps the argument bound to it until it runs.
+    run = console.app.start(chain(step(a.double, 1), step(a.vault, pan)), name=name)
+    assert run.result(timeout_s=30) == "1111"  # opened for the app, which holds the key
+    refused = dead_lettered(console, chain(step(a.double, 1), step(a.vault, "4111 1111 1111 1111")), "vault", name)
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    assert set(json.loads(shown["result_json"])) == {"$sealed"}
+    bound = http.get(f"/api/runs/{run.id}/steps/0.1").json()
+    assert bound["arguments_from"] == "plan"
+    assert [set(arg) for arg in bound["args"]] == [{"$sealed"}]
+    assert set(json.loads(bound["result_json"])) == {"$sealed"}
+    failed = http.get(f"/api/runs/{refused.id}/steps/0.1").json()
+    assert (failed["arguments_from"], failed["args"], failed["kwargs"]) == ("sealed", None, None)
+    [letter] = failed["dead_letters"]
+    assert (letter["sealed"], letter["args"], letter["kwargs"]) == (True, [], {})
+    assert letter["error"] == "that is not a card number"
+
+    run_page = http.get(f"/runs/{run.id}", params={"step": "0.1"}).text
+    assert run_page.count("🔒 sealed") >= 3  # the bound argument, the step's result, the run's result
+    assert "🔒 Sealed: the actor encrypts its arguments" in http.get(f"/runs/{refused.id}").text
+    assert "The arguments are sealed" in http.get(f"/dead-letters/{letter['id']}").text
+    answers = [shown, bound, failed, http.get("/api/dead-letters", params={"queue": "vault"}).json()]
+    for text in [*map(json.dumps, answers), run_page]:
+        assert pan not in text
+        assert "4111 1111" not in text
+
+
+def test_the_trace_id_links_to_jaeger(console: Console, http: httpx.Client) -> None:
+    run = console.app.start(step(console.actors.double, 4), name=console.pipeline_name("traced"))
+    run.wait(timeout_s=30)
+    trace_id = run.status().trace_id
+    assert trace_id is not None
+    assert len(trace_id) == 32
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+
+    assert (shown["trace_id"], shown["trace_url"]) == (trace_id, f"{JAEGER_URL}/trace/{trace_id}")
+    page = http.get(f"/runs/{run.id}").text
+    assert f'<a class="mono" href="{JAEGER_URL}/trace/{trace_id}" target="_blank" rel="noopener noreferrer">' in page
+
+
+def test_secrets_in_errors_and_tracebacks_are_masked_wherever_the_console_shows_them(
+    console: Console, http: httpx.Client
+) -> None:
+    a = console.actors
+    run = dead_lettered(console, chain(step(a.double, 1), step(a.connect, "orders")), "connect")
+    masked = "postgresql://orders:***@db.internal:5432/orders"
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    listed = http.get("/api/runs", params={"pipeline": "dead", "state": "failed"}).json()["runs"]
+    detail = http.get(f"/api/runs/{run.id}/steps/0.1").json()
+    [letter] = detail["dead_letters"]
+    letters = http.get("/api/dead-letters", params={"queue": "connect", "run": run.id}).json()
+
+    assert shown["error"] == f"ConnectionError: could not connect to {masked}"
+    assert next(r for r in listed if r["run_id"] == run.id)["error"] == shown["error"]
+    assert detail["step"]["error"] == shown["error"]
+    assert letter["error"] == f"could not connect to {masked}"
+    assert f"ConnectionError: could not connect to {masked}" in letter["traceback"]
+    pages = [http.get(f"/runs/{run.id}", params={"step": "0.1"}).text, http.get(f"/dead-letters/{letter['id']}").text]
+    pages += [http.get("/dead-letters", params={"queue": "connect"}).text, http.get("/runs").text]
+    assert all(masked in page for page in pages[:3])
+    for text in [*map(json.dumps, [shown, listed, detail, letters]), *pages]:
+        assert DB_PASSWORD not in text

@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from pipelines import chain, chord, for_each, step
-from tests.console.conftest import Console
+from pipelines import chain, chord, fan_out, for_each, group, step
+from tests.console.conftest import ARTIFACTS, JAEGER_URL, Console
 
 pytestmark = pytest.mark.integration
 
 Shoot = Callable[[str], Path]
+#: The README's picture of the console as this run draws it: `make console-picture` copies it to docs/.
+README_PICTURE = ARTIFACTS / "readme-console.png"
 
 
 def unlock(page: Any, token: str) -> None:
@@ -65,6 +67,11 @@ def test_the_failed_runs_are_found_by_filtering_on_their_state(console: Console,
     expect(rows.first).to_contain_text("ValueError: fail: again")
     shoot("failed")
 
+    page.get_by_label("Started before").select_option("an hour ago")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"until=1h"))
+    expect(page.get_by_text("No runs match this filter.")).to_be_visible()
+
 
 def test_a_chord_run_shows_its_members_and_callback_in_the_graph(console: Console, page: Any, shoot: Shoot) -> None:
     actors = console.actors
@@ -81,6 +88,10 @@ def test_a_chord_run_shows_its_members_and_callback_in_the_graph(console: Consol
     callback = graph.locator("a.step", has=page.locator(".role", has_text="callback"))
     expect(callback.locator(".actor")).to_have_text("total")
     expect(callback).to_have_attribute("data-state", "succeeded")
+    trace_id = run.status().trace_id
+    trace = page.get_by_role("link", name=str(trace_id))
+    expect(trace).to_have_attribute("href", f"{JAEGER_URL}/trace/{trace_id}")
+    expect(trace).to_have_attribute("target", "_blank")
     shoot("graph")
 
     members.locator(".folded").click()
@@ -119,6 +130,68 @@ def test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed(console: Cons
     expect(page.locator(".run-head .state")).to_have_text("succeeded")
     expect(page.get_by_label("Result")).to_contain_text("84")
     shoot("replayed")
+
+
+def dead_letters_of(console: Console, actor: str, runs: list[Any]) -> None:
+    """Wait until each of ``runs`` (failed at ``actor``) has its dead letter (published after the run fails)."""
+    for run in runs:
+        assert run.wait(timeout_s=30).state == "failed"
+    deadline = time.monotonic() + 30
+    while {letter.reason.run_id for letter in console.app.dead_letters.list(actor)} < {run.id for run in runs}:
+        assert time.monotonic() < deadline, "the runs' dead letters did not arrive within 30 s"
+        time.sleep(0.05)
+
+
+def test_every_dead_letter_shown_is_replayed_after_a_confirmation(console: Console, page: Any, shoot: Shoot) -> None:
+    actors = console.actors
+    actors.broken.set()
+    name = console.pipeline_name("refunds")
+    runs = [console.app.start(chain(step(actors.flaky, x), actors.double), name=name) for x in (1, 2, 3)]
+    dead_letters_of(console, "flaky", runs)
+
+    page.goto(f"{console.url}/dead-letters?queue=flaky&reason=retries+exhausted")
+    for run in runs:
+        expect(page.locator(f"a[href='/runs/{run.id}?step=0.0']")).to_be_visible()
+    unlock(page, console.token)
+    actors.broken.clear()
+    page.get_by_role("button", name="Replay all shown").click()
+    question = page.locator(".bulk .confirm")
+    expect(question).to_contain_text(re.compile(r"Replay the \d+ dead letters shown\?"))
+    shoot("confirm")
+    question.get_by_role("button", name="Yes").click()
+
+    expect(page.locator("#flash")).to_contain_text(re.compile(r"Replayed\. \d+ dead letters?\."))
+    assert [run.wait(timeout_s=30).state for run in runs] == ["succeeded"] * 3
+    expect(page.get_by_text("No dead letters match this filter.")).to_be_visible()
+    shoot("replayed")
+
+
+def test_purging_asks_first_and_deletes_the_queues_dead_letters_for_good(
+    console: Console, page: Any, shoot: Shoot
+) -> None:
+    connect = console.actors.connect
+    runs = [console.app.start(step(connect, db), name=console.pipeline_name("purged")) for db in ("a", "b")]
+    dead_letters_of(console, "connect", runs)
+    page.goto(f"{console.url}/dead-letters?queue=connect")
+    rows = page.locator("table.letters tbody tr")
+    expect(rows).not_to_have_count(0)
+    unlock(page, console.token)
+
+    page.get_by_role("button", name="Purge…").click()
+    question = page.locator(".bulk .confirm")
+    expect(question).to_contain_text("Delete every dead letter of connect for good? This cannot be undone.")
+    question.get_by_role("button", name="No").click()
+    expect(question).to_have_count(0)
+    assert {letter.reason.run_id for letter in console.app.dead_letters.list("connect")} >= {r.id for r in runs}
+
+    page.get_by_role("button", name="Purge…").click()
+    shoot("confirm")
+    page.locator(".bulk .confirm").get_by_role("button", name="Purge for good").click()
+
+    expect(page.locator("#flash")).to_contain_text(re.compile(r"Purged\. \d+ dead letters? deleted\."))
+    expect(page.get_by_text("No dead letters match this filter.")).to_be_visible()
+    assert console.app.dead_letters.list("connect") == []
+    assert [run.status().state for run in runs] == ["failed", "failed"]  # purging leaves the runs as they ended
 
 
 def test_a_running_run_is_cancelled_from_its_page(console: Console, page: Any, shoot: Shoot) -> None:
@@ -203,3 +276,28 @@ def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> N
         assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
         console.app.start(step(console.actors.double, 1)).wait(timeout_s=30)
     shoot("queues")
+
+
+def test_a_chord_under_way_as_the_readme_pictures_it(console: Console, page: Any) -> None:
+    a = console.actors
+    # A step, a fan-out, then a chord of 16 members (three of them slow) and its callback.
+    members = group(*(step(a.slow, 30.0 if i in (5, 9, 12) else 0.1) for i in range(16)))
+    run = console.app.start(
+        chain(step(a.double, 1), fan_out(a.double, a.total), chord(members, then=step(a.total))), name="album_publish"
+    )
+    page.set_viewport_size({"width": 1280, "height": 760})
+    page.goto(f"{console.url}/runs/{run.id}?step=0.2.5")
+
+    graph = page.get_by_label("Graph")
+    expect(graph.locator(".parallel[data-kind=group] .kind")).to_contain_text("13/16 done", timeout=30_000)
+    expect(graph.locator("a.step[data-state=running]")).to_have_count(3)
+    expect(graph.locator("a.step[data-state=running] progress").first).to_be_visible()
+    expect(graph.locator("a.step", has=page.locator(".role", has_text="callback"))).to_have_attribute(
+        "data-state", "pending"
+    )
+    trace_id = run.status().trace_id
+    expect(page.get_by_role("link", name=str(trace_id))).to_be_visible()
+    expect(page.get_by_label("Step").locator("dd.mono").last).to_contain_text(":")  # its worker
+    README_PICTURE.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(README_PICTURE))
+    run.cancel()

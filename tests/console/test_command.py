@@ -15,6 +15,7 @@ import pytest
 
 import pipelines.current
 from pipelines.cli import main
+from tests.housekeeping import start_process, stop_process
 from tests.ports import free_port
 
 CONFIG = """
@@ -39,7 +40,7 @@ def config(tmp_path: Path) -> Path:
 def test_pipelines_ui_serves_the_console_and_its_api_until_interrupted(config: Path) -> None:
     port = free_port()
     command = Path(sys.executable).with_name("pipelines")
-    server = subprocess.Popen(
+    server = start_process(
         [str(command), "--config", str(config), "ui", "--port", str(port)],
         env={**os.environ, "PIPELINES_UI__TOKEN": SECRET},
         stdout=subprocess.PIPE,
@@ -68,7 +69,10 @@ def test_pipelines_ui_serves_the_console_and_its_api_until_interrupted(config: P
         assert allowed.json() == {"purged": 0}
     finally:
         server.send_signal(signal.SIGINT)
-        output, _ = server.communicate(timeout=30)
+        try:
+            output, _ = server.communicate(timeout=30)
+        finally:
+            stop_process(server)
     assert server.returncode == 0
     assert f"on http://127.0.0.1:{port}/" in output
     assert SECRET not in output

@@ -1,7 +1,9 @@
 """Fixtures of the fail-closed suite: apps on the real RabbitMQ and Redis, a ledger of what became of each
 delivery, raw publishing, and a PostgreSQL table that counts effects (helpers in ``fail_closed_support``).
 
-Every test here runs against the real services only (``backend`` is always ``rabbitmq``).
+Every test here runs against the real services (``backend`` is RabbitMQ with Redis), unless it asks for
+the embedded broker too (``@pytest.mark.parametrize("backend", ["memory", "rabbitmq"], indirect=True)``:
+each broker kind with its partner store).
 """
 
 from __future__ import annotations
@@ -15,16 +17,22 @@ from pathlib import Path
 import pytest
 
 from pipelines.app import App
+from tests.backends import BROKER_KINDS, Backend, paired
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the helpers, by name (as tests/cluster does)
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "faults"))  # and the fault suite's TCP proxy
 
 from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 
 
 @pytest.fixture
-def backend(services: None) -> str:
-    """This suite is about the real consumer and the real store: RabbitMQ and Redis only."""
-    return "rabbitmq"
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """This suite is about the real consumer and the real store: RabbitMQ and Redis, unless the test is
+    parametrized with the embedded broker too."""
+    chosen = paired(str(getattr(request, "param", "rabbitmq")))
+    if BROKER_KINDS[chosen.broker].needs_services:
+        request.getfixturevalue("services")
+    return chosen
 
 
 @pytest.fixture

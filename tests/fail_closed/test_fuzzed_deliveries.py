@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.app import App
+from tests.fixtures import MakeApp, StartWorker
 
 EXAMPLES = int(os.environ.get("FC_FUZZ_EXAMPLES", "25"))
 SETTLE_S = 15
@@ -77,8 +78,8 @@ def inputs(draw: st.DrawFn) -> tuple[Callable[[str], bytes], dict[str, Any] | No
 
 @pytest.mark.timeout(EXAMPLES * (SETTLE_S + 5) + 60)
 def test_every_fuzzed_delivery_has_exactly_one_outcome_and_valid_messages_run_once(
-    make_app: Any,
-    start_worker: Any,
+    make_app: MakeApp,
+    start_worker: StartWorker,
     ledger: Callable[[App], Ledger],
     raw_publisher: RawPublisher,
     consumer_restarts: ConsumerRestarts,

@@ -9,61 +9,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import pytest
-from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher, body, dead_letters_by_id, declare_sink
+from fail_closed_support import CORPUS, ConsumerRestarts, Ledger, RawPublisher, body, dead_letters_by_id, declare_sink
 
 from pipelines.app import App
+from tests.fixtures import MakeApp, StartWorker
 
 #: Longest the corpus may take to settle, in seconds (the old consumer needed minutes: FC_SETTLE_S=120).
 SETTLE_S = float(os.environ.get("FC_SETTLE_S", "30"))
 VALID = 40
 
-Headers = dict[str, Any] | None
-
-
-#: name → (body of a message with this marker, headers, what its dead letter must mention)
-CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
-    "branches not a mapping": (
-        lambda m: body(m, actor="", options={"pipeline_branches": "x"}),
-        None,
-        "pipeline_branches",
-    ),
-    "branch not a mapping": (
-        lambda m: body(m, actor="", options={"pipeline_branches": {"sink": "x"}}),
-        None,
-        "pipeline_branches",
-    ),
-    "branch args not a list": (
-        lambda m: body(m, actor="", options={"pipeline_branches": {"sink": {"args": 5}}}),
-        None,
-        "pipeline_branches",
-    ),
-    "delivery count not a number": (body, {"x-delivery-count": "abc"}, "x-delivery-count"),
-    "delivery count void": (body, {"x-delivery-count": None}, "x-delivery-count"),
-    "step not an address": (lambda m: body(m, options={"pipeline_step": "x"}), None, "pipeline_step"),
-    "step without node": (lambda m: body(m, options={"pipeline_step": {"run": "r"}}), None, "pipeline_step"),
-    "retries not a number": (lambda m: body(m, options={"retries": "x"}), None, "retries"),
-    "max_retries not a number": (lambda m: body(m, options={"max_retries": "x"}), None, "max_retries"),
-    "eta not a number": (lambda m: body(m, options={"eta": "soon"}), None, "eta"),
-    "time_limit not a number": (lambda m: body(m, options={"time_limit": "x"}), None, "time_limit"),
-    "idempotency key not a string": (lambda m: body(m, options={"idempotency_key": 5}), None, "idempotency_key"),
-    "max_age not a number": (lambda m: body(m, options={"max_age": "x"}), None, "max_age"),
-    "on_success not an actor": (lambda m: body(m, options={"on_success": 5}), None, "on_success"),
-    "pipe_target not a message": (lambda m: body(m, options={"pipe_target": "x"}), None, "pipe_target"),
-    "scheduled_at not a time": (lambda m: body(m, options={"scheduled_at": "soon"}), None, "scheduled_at"),
-    "throws from the wire": (lambda m: body(m, options={"throws": ["ValueError"]}), None, "throws"),
-    "not JSON": (lambda m: b"\x80not json", None, "not JSON"),
-    "a JSON list": (lambda m: b"[1, 2]", None, "list"),
-    "args not a list": (lambda m: body(m, args="x"), None, "args"),
-}
-
 
 @pytest.mark.timeout(SETTLE_S + 60)
 def test_each_malformed_delivery_is_dead_lettered_once_and_valid_messages_around_it_run_once(
-    make_app: Any,
-    start_worker: Any,
+    make_app: MakeApp,
+    start_worker: StartWorker,
     ledger: Callable[[App], Ledger],
     raw_publisher: RawPublisher,
     consumer_restarts: ConsumerRestarts,

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import dramatiq
 import pytest
-from fail_closed_support import POSTGRES_URL, Effects
+from fail_closed_support import Effects
 
 from pipelines import chain, step
 from pipelines.app import build_app
 from pipelines.config import Settings
-from tests.housekeeping import fresh_namespace
+from tests.backends import POSTGRES_URL
+from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 ROOT = HELPERS.parents[2]
@@ -81,7 +82,7 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
         ledger_step = dramatiq.actor(broker=app.broker, actor_name="ledger_step")(_signature)
         runs = [app.start(chain(*[step(ledger_step, f"c{n}")] * STEPS), args=(0,)) for n in range(CHAINS)]
         with log.open("ab") as out:
-            worker = subprocess.Popen(
+            worker = start_process(
                 [
                     *(str(Path(sys.executable).parent / "dramatiq"), "stall_worker", "--path", str(HELPERS)),
                     *("--processes", "1", "--threads", "8"),
@@ -90,7 +91,6 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
                 cwd=ROOT,
                 stdout=out,
                 stderr=out,
-                start_new_session=True,
             )
         for stop in range(1, STOPS + 1):
             # Stop whenever another slice of the work is done, so every stop lands mid-run.
@@ -115,14 +115,10 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
         assert len(keyed) == CHAINS * STEPS
         assert set(keyed.values()) == {1}
     finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGCONT)
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(timeout=30)
+        if worker is not None:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGCONT)  # a stopped worker cannot handle SIGTERM
+            stop_process(worker, timeout_s=60)
         app.close()
         delete_namespace(namespace)
 

@@ -27,6 +27,7 @@ from redis_proxy import ERROR_REPLIES, ErrorProxy
 from pipelines import chain, step
 from pipelines.app import App
 from pipelines.errors import StoreUnavailable
+from tests.fixtures import MakeApp, StartWorker
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10
@@ -77,13 +78,13 @@ def declare(app: App, effects: Effects, *, pause_ms: int = 0) -> dict[str, drama
     return {"charge": charge, "book": book}
 
 
-def run_scenario(app: App, start_worker: Any, effects: Effects, timeout_s: float) -> dict[str, Any]:
+def run_scenario(app: App, start_worker: StartWorker, effects: Effects, timeout_s: float) -> dict[str, Any]:
     actors = declare(app, effects)
     return drive(app, actors, start_worker, effects, timeout_s)
 
 
 def drive(
-    app: App, actors: dict[str, dramatiq.Actor[Any, Any]], start_worker: Any, effects: Effects, timeout_s: float
+    app: App, actors: dict[str, dramatiq.Actor[Any, Any]], start_worker: StartWorker, effects: Effects, timeout_s: float
 ) -> dict[str, Any]:
     for order_id in range(ORDERS):
         actors["charge"].send(order_id)
@@ -120,7 +121,7 @@ def drive(
 
 @pytest.mark.timeout(120)
 def test_claims_that_meet_redis_error_replies_put_messages_off_and_no_effect_runs_twice(
-    make_app: Any, start_worker: Any, effects: Effects, failing_claims: ErrorProxy
+    make_app: MakeApp, start_worker: StartWorker, effects: Effects, failing_claims: ErrorProxy
 ) -> None:
     proxied = f"redis://127.0.0.1:{failing_claims.port}{urlsplit(REDIS_URL).path}"
     app = make_app(store={"url": proxied, "step_lease_s": 8}, worker={"time_limit_s": 5})
@@ -134,7 +135,7 @@ def test_claims_that_meet_redis_error_replies_put_messages_off_and_no_effect_run
 @pytest.mark.parametrize("pause_ms", [5_000, 30_000], ids=["5s", "30s"])
 @pytest.mark.timeout(180)
 def test_a_completion_that_meets_a_stalled_redis_is_recorded_later_without_running_the_step_again(
-    make_app: Any, start_worker: Any, effects: Effects, pause_ms: int
+    make_app: MakeApp, start_worker: StartWorker, effects: Effects, pause_ms: int
 ) -> None:
     app = make_app(store={"step_lease_s": 8}, worker={"time_limit_s": 5})
     actors = declare(app, effects, pause_ms=pause_ms)
@@ -165,7 +166,7 @@ def failing_failures() -> Iterator[ErrorProxy]:
 
 @pytest.mark.timeout(120)
 def test_a_final_failure_the_store_cannot_record_yet_fails_its_run_later_with_one_dead_letter(
-    make_app: Any, start_worker: Any, failing_failures: ErrorProxy
+    make_app: MakeApp, start_worker: StartWorker, failing_failures: ErrorProxy
 ) -> None:
     proxied = f"redis://127.0.0.1:{failing_failures.port}{urlsplit(REDIS_URL).path}"
     app = make_app(store={"url": proxied})

@@ -10,17 +10,16 @@ own directory, removed with the node. Needs root and the Debian package ``rabbit
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from tests.housekeeping import start_process, stop_process
 from tests.ports import free_port
 
 SBIN = Path("/usr/lib/rabbitmq/bin")
@@ -31,8 +30,10 @@ BOOT_TIMEOUT_S = 90.0
 class OwnRabbit:
     """One node: :meth:`start`, :meth:`ctl`, :meth:`log`, :meth:`close` (which removes every trace)."""
 
-    def __init__(self, *, consumer_timeout_ms: int) -> None:
+    def __init__(self, *, consumer_timeout_ms: int = 1_800_000, management: bool = False) -> None:
         self.port = free_port()
+        self.management_port = free_port() if management else None
+        """The management API's port (its plugin enabled), or None."""
         self.dist_port = free_port()
         self.name = f"own{self.port}@localhost"
         self.dir = Path(tempfile.mkdtemp(prefix="own-rabbit-"))
@@ -72,6 +73,10 @@ class OwnRabbit:
             "loopback_users.guest = false\n"
             f"consumer_timeout = {self.consumer_timeout_ms}\n"
         )
+        if self.management_port is not None:
+            with (self.dir / "rabbitmq.conf").open("a") as conf:
+                conf.write(f"management.tcp.port = {self.management_port}\nmanagement.tcp.ip = 127.0.0.1\n")
+            (self.dir / "enabled_plugins").write_text("[rabbitmq_management].\n")
         (self.dir / "rabbitmq-env.conf").write_text("# this node's own settings are all in its environment\n")
         self.dir.chmod(0o755)
         shutil.chown(self.dir, "rabbitmq", "rabbitmq")
@@ -79,7 +84,7 @@ class OwnRabbit:
             shutil.chown(path, "rabbitmq", "rabbitmq")
         nofile = min(NOFILE_WANTED, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         with (self.dir / "console.log").open("ab") as console:
-            self.process = subprocess.Popen(
+            self.process = start_process(
                 [
                     *("setpriv", "--reuid=rabbitmq", "--regid=rabbitmq", "--init-groups", "--"),
                     *("sh", "-c", f'ulimit -n {nofile} && exec "$0"', str(SBIN / "rabbitmq-server")),
@@ -89,7 +94,6 @@ class OwnRabbit:
                 stdin=subprocess.DEVNULL,
                 stdout=console,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         while not self._serving():
@@ -142,7 +146,6 @@ class OwnRabbit:
         if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self.ctl("stop")
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        if self.process is not None:
+            stop_process(self.process, timeout_s=30)
         shutil.rmtree(self.dir, ignore_errors=True)

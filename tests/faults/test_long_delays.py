@@ -13,14 +13,23 @@ from typing import Any
 import dramatiq
 import pytest
 
+from pipelines.broker import ExchangeBroker
+from tests.backends import only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
+
 DELAY_MS = 6500
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_a_delay_longer_than_the_consumer_timeout_fires_once_and_not_early(
-    short_consumer_timeout: int, make_app: Any, start_worker: Any, observe: Any, monkeypatch: pytest.MonkeyPatch
+    short_consumer_timeout: int,
+    make_app: MakeApp,
+    start_worker: StartWorker,
+    observe: Observe,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     observer = observe(app)
     ran_at: list[float] = []
     hops: list[int] = []  # time left before the message is due, at each hop back through a worker

@@ -38,7 +38,7 @@ from pipelines import step
 from pipelines.app import App, build_app
 from pipelines.broker.rabbitmq import ExchangeBroker
 from pipelines.config import Settings
-from tests.housekeeping import fresh_namespace
+from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent
 ROOT = FAULTS.parents[1]
@@ -99,7 +99,7 @@ class Backlog:
 
     def worker(self, *, queue: str, processes: int, threads: int) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as log:
-            process = subprocess.Popen(
+            process = start_process(
                 [
                     *(str(Path(sys.executable).parent / "dramatiq"), "backlog_worker", "--path", str(FAULTS)),
                     *("--queues", queue, "--processes", str(processes), "--threads", str(threads)),
@@ -108,7 +108,6 @@ class Backlog:
                 cwd=ROOT,
                 stdout=log,
                 stderr=log,
-                start_new_session=True,
             )
         self.workers.append(process)
         return process
@@ -145,13 +144,7 @@ class Backlog:
 
     def close(self) -> None:
         for process in self.workers:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=30)
+            stop_process(process, timeout_s=60)
         for key in self.ledger.scan_iter(match=f"{self.namespace}:*"):
             self.ledger.delete(key)
         broker = self.app.broker

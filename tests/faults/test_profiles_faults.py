@@ -5,14 +5,14 @@ Figures are printed; run with ``-s`` to see them.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
+from fault_scenario import Fault
 
 from pipelines import step
+from tests.housekeeping import start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent
 EVENTS = 5000
@@ -27,7 +27,7 @@ def collapse(sequence: list[int]) -> list[int]:
     return [value for i, value in enumerate(sequence) if i == 0 or value != sequence[i - 1]]
 
 
-def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Any) -> None:
+def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Fault) -> None:
     timeline = fault.actors["timeline"]
     per_key = EVENTS // KEYS
     messages = [timeline.message(f"user{k}", seq) for seq in range(per_key) for k in range(KEYS)]
@@ -40,7 +40,7 @@ def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Any
 
     for kill in range(1, KILLS + 1):
         share = kill * EVENTS // (KILLS + 2)
-        fault.wait_until(lambda share=share: applied() >= share, "progress")
+        fault.wait_count(applied, share, "progress")
         fault.workers.kill()
         fault.workers.start()
     fault.wait_until(lambda: applied() == EVENTS, "every event applied")
@@ -58,7 +58,7 @@ def test_ordered_events_keep_their_order_per_key_through_worker_kills(fault: Any
     assert fault.app.dead_letters.list() == []
 
 
-def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(fault: Any) -> None:
+def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(fault: Fault) -> None:
     transcode = fault.actors["transcode"]
     run = fault.app.start(step(transcode, "movie", 3.0))
     fault.workers.start()
@@ -84,22 +84,20 @@ def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(faul
     assert fault.app.dead_letters.list() == []
 
 
-def test_two_schedulers_fire_each_tick_once(fault: Any) -> None:
+def test_two_schedulers_fire_each_tick_once(fault: Fault) -> None:
     fault.workers.start(module="sched_worker")
     command = [str(Path(sys.executable).parent / "periodiq"), "sched_worker", "--path", str(FAULTS)]
-    with fault.log.open("ab") as log:
-        schedulers = [
-            subprocess.Popen(command, env=fault.workers.env, stdout=log, stderr=log, start_new_session=True)
-            for _ in range(2)
-        ]
+    schedulers: list[subprocess.Popen[bytes]] = []
     try:
+        with fault.log.open("ab") as log:
+            for _ in range(2):  # each stopped below even if the next one fails to start
+                schedulers.append(start_process(command, env=fault.workers.env, stdout=log, stderr=log))
         fault.wait_until(lambda: fault.ledger.sequence("ticks", "minutely"), "the first tick", timeout_s=150)
         [tick] = fault.ledger.sequence("ticks", "minutely")[:1]
         fault.wait_until(lambda: fault.app.store.tick_claims("minutely", tick) >= 2, "the second scheduler's copy")
     finally:
         for scheduler in schedulers:
-            os.killpg(scheduler.pid, signal.SIGTERM)
-            scheduler.wait(timeout=30)
+            stop_process(scheduler, timeout_s=30)
 
     ran = [t for t in fault.ledger.sequence("ticks", "minutely") if t == tick]
     print(f"\ntwo schedulers: tick {tick} sent {fault.app.store.tick_claims('minutely', tick)} times, ran {len(ran)}")

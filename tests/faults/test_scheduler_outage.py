@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import dramatiq
 import pendulum
 import pytest
-from conftest import AMQP_URL, FAULTS, ROOT
+from fault_scenario import FAULTS, ROOT, Fault
 from periodiq import cron
 from tcp_proxy import TcpProxy
 
@@ -19,6 +19,7 @@ from pipelines.app import build_app
 from pipelines.config import Settings
 from pipelines.errors import BrokerUnavailable
 from pipelines.scheduler import Scheduler
+from tests.backends import AMQP_URL
 from tests.housekeeping import start_process, stop_process
 
 pytestmark = pytest.mark.timeout(90)
@@ -33,7 +34,7 @@ def proxy() -> Iterator[TcpProxy]:
     way.stop()
 
 
-def test_a_scheduler_whose_broker_disappears_and_returns_keeps_running(fault: Any, proxy: TcpProxy) -> None:
+def test_a_scheduler_whose_broker_disappears_and_returns_keeps_running(fault: Fault, proxy: TcpProxy) -> None:
     fault.workers.start(module="sched_worker")  # the worker reaches RabbitMQ directly
     env = fault.workers.env | {
         "PIPELINES_BROKER__URL": AMQP_URL.replace(f":{urlsplit(AMQP_URL).port}/", f":{proxy.port}/"),
@@ -73,7 +74,7 @@ def test_a_scheduler_whose_broker_disappears_and_returns_keeps_running(fault: An
 
 
 def test_a_tick_that_cannot_be_sent_while_due_is_given_up_with_one_line_per_attempt(
-    fault: Any, caplog: pytest.LogCaptureFixture
+    fault: Fault, caplog: pytest.LogCaptureFixture
 ) -> None:
     nobody_listens = "amqp://guest:guest@127.0.0.1:1/%2F"
     app = build_app(

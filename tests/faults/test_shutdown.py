@@ -6,13 +6,17 @@ Figures are printed; run with ``-s`` to see them.
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from fault_scenario import Fault
+
+from pipelines.broker import ExchangeBroker
 
 ITEMS = 1500
 
 
-def test_a_graceful_stop_finishes_what_runs_and_loses_or_repeats_nothing(fault: Any) -> None:
+def test_a_graceful_stop_finishes_what_runs_and_loses_or_repeats_nothing(fault: Fault) -> None:
     work = fault.actors["work"]
+    assert isinstance(fault.app.broker, ExchangeBroker)
     fault.app.broker.enqueue_many([work.message(f"g{n}") for n in range(ITEMS)])
     fault.workers.start()
     fault.wait_until(lambda: len(fault.ledger.count("work", "effects")) >= ITEMS // 3, "progress")
@@ -38,7 +42,7 @@ def test_a_graceful_stop_finishes_what_runs_and_loses_or_repeats_nothing(fault: 
     assert fault.app.dead_letters.list() == []
 
 
-def test_work_still_running_after_the_grace_period_is_redelivered_not_lost(fault: Any) -> None:
+def test_work_still_running_after_the_grace_period_is_redelivered_not_lost(fault: Fault) -> None:
     slow = fault.actors["slow"]
     # Messages of 2.5 s, a grace period of 0.5 s: the stop cannot wait for them.
     fault.app.broker.enqueue_many([slow.message(f"s{n}", 2.5) for n in range(4)])

@@ -10,6 +10,8 @@ import subprocess
 from typing import Any
 
 import dramatiq
+import pytest
+from fault_scenario import Fault
 
 from pipelines import chain, chord, for_each, step
 from tests.housekeeping import rabbitmqctl
@@ -21,7 +23,7 @@ CHAINS = 500
 KILLS = 5
 
 
-def publish_with_duplicates(fault: Any, messages: list[dramatiq.Message[Any]], share: float) -> int:
+def publish_with_duplicates(fault: Fault, messages: list[dramatiq.Message[Any]], share: float) -> int:
     """Publish ``messages`` in batches, a ``share`` of them twice (a publisher retry after a lost confirm)."""
     rng = random.Random(7)
     twice = [m for m in messages if rng.random() < share]
@@ -32,11 +34,11 @@ def publish_with_duplicates(fault: Any, messages: list[dramatiq.Message[Any]], s
     return len(twice)
 
 
-def settled_runs(fault: Any, run_ids: list[str]) -> int:
+def settled_runs(fault: Fault, run_ids: list[str]) -> int:
     return sum(1 for run_id in run_ids if (status := fault.app.store.get_run(run_id)) and status.is_final)
 
 
-def test_kills_lose_nothing_and_apply_each_effect_once(fault: Any) -> None:
+def test_kills_lose_nothing_and_apply_each_effect_once(fault: Fault) -> None:
     work, chain_step = fault.actors["work"], fault.actors["chain_step"]
     duplicates = publish_with_duplicates(fault, [work.message(f"i{n}") for n in range(ITEMS)], share=0.1)
     runs = [fault.app.start(chain(*[step(chain_step, f"c{n}")] * 3), args=(0,)) for n in range(CHAINS)]
@@ -45,7 +47,7 @@ def test_kills_lose_nothing_and_apply_each_effect_once(fault: Any) -> None:
     for kill in range(1, KILLS + 1):
         # Kill whenever another slice of the work has been done, so every kill lands mid-run.
         share = kill * ITEMS // (KILLS + 2)
-        fault.wait_until(lambda share=share: len(fault.ledger.count("work", "effects")) >= share, "progress")
+        fault.wait_count(lambda: len(fault.ledger.count("work", "effects")), share, "progress")
         fault.workers.kill()
         fault.workers.start()
     fault.wait_until(lambda: len(fault.ledger.count("work", "effects")) == ITEMS, "every item applied")
@@ -75,7 +77,7 @@ def test_kills_lose_nothing_and_apply_each_effect_once(fault: Any) -> None:
     assert re_executed <= KILLS * (8 + 16)
 
 
-def test_connections_cut_from_the_broker_lose_nothing(fault: Any) -> None:
+def test_connections_cut_from_the_broker_lose_nothing(fault: Fault) -> None:
     work = fault.actors["work"]
     items = 1000
     publish_with_duplicates(fault, [work.message(f"cut{n}") for n in range(items)], share=0.0)
@@ -84,7 +86,7 @@ def test_connections_cut_from_the_broker_lose_nothing(fault: Any) -> None:
     cuts = 3
     for cut in range(1, cuts + 1):
         share = cut * items // (cuts + 2)
-        fault.wait_until(lambda share=share: len(fault.ledger.count("work", "effects")) >= share, "progress")
+        fault.wait_count(lambda: len(fault.ledger.count("work", "effects")), share, "progress")
         subprocess.run([*rabbitmqctl(), "-q", "close_all_connections", "fault test"], check=True, capture_output=True)
     fault.wait_until(lambda: len(fault.ledger.count("work", "effects")) == items, "every item applied")
     # The producer's own connection was cut too: it publishes again on a fresh one.
@@ -96,7 +98,9 @@ def test_connections_cut_from_the_broker_lose_nothing(fault: Any) -> None:
     assert fault.app.dead_letters.list() == []
 
 
-def test_chords_with_duplicated_members_and_a_kill_fire_each_callback_once_after_all_members(fault: Any) -> None:
+def test_chords_with_duplicated_members_and_a_kill_fire_each_callback_once_after_all_members(
+    fault: Fault, monkeypatch: pytest.MonkeyPatch
+) -> None:
     member, gather = fault.actors["member"], fault.actors["gather"]
     chords, width = 200, 20
     original = fault.app.broker.enqueue_many
@@ -109,7 +113,7 @@ def test_chords_with_duplicated_members_and_a_kill_fire_each_callback_once_after
         duplicated += len(extra)
         return original([*messages, *extra], **kwargs)
 
-    fault.app.broker.enqueue_many = twice_sometimes
+    monkeypatch.setattr(fault.app.broker, "enqueue_many", twice_sometimes)
     runs = [fault.app.start(chord(for_each(member, range(width)), then=step(gather, f"ch{n}"))) for n in range(chords)]
     fault.workers.start()
     fault.wait_until(lambda: len(fault.ledger.count("gather", "effects")) >= chords // 3, "some callbacks")
@@ -130,7 +134,7 @@ def test_chords_with_duplicated_members_and_a_kill_fire_each_callback_once_after
     assert sum(c > 1 for c in executions.values()) <= 8 + 16
 
 
-def test_a_message_that_kills_its_worker_is_dead_lettered_by_the_delivery_limit(fault: Any) -> None:
+def test_a_message_that_kills_its_worker_is_dead_lettered_by_the_delivery_limit(fault: Fault) -> None:
     fault.actors["poison"].send()
     crashes = 0
     while not fault.app.dead_letters.list("poison"):

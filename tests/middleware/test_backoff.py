@@ -13,6 +13,7 @@ import pytest
 from pipelines.errors import ConfigError, DefinitionError, InvalidActorOption, PublishError
 from pipelines.middleware import Backoff
 from pipelines.middleware.backoff import import_exceptions
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 
 def backoff(max_retries: int = 5, min_ms: int = 100, max_ms: int = 5000) -> Backoff:
@@ -39,7 +40,7 @@ def test_permanent_errors_are_read_from_dotted_names_and_bad_names_are_config_er
 
 
 def test_a_handler_that_always_fails_runs_max_retries_plus_one_times_then_one_dead_letter(
-    make_app: Any, start_worker: Any, observe: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -87,7 +88,7 @@ class Order(pydantic.BaseModel):
     ids=["validation-error-by-default", "throws", "retry_when", "definition-error-by-default"],
 )
 def test_permanent_errors_are_dead_lettered_at_once_without_retry(
-    make_app: Any, start_worker: Any, observe: Any, options: dict[str, Any], error: str
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, options: dict[str, Any], error: str
 ) -> None:
     app = make_app(retries={"max_retries": 5})
     observer = observe(app)
@@ -114,7 +115,7 @@ def test_permanent_errors_are_dead_lettered_at_once_without_retry(
 
 
 def test_a_retry_that_cannot_be_enqueued_is_dead_lettered_not_lost(
-    make_app: Any, start_worker: Any, observe: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app(retries={"max_retries": 3})
     observer = observe(app)
@@ -153,7 +154,7 @@ def test_a_retry_that_cannot_be_enqueued_is_dead_lettered_not_lost(
     ],
 )
 def test_invalid_actor_options_are_refused_when_the_actor_is_declared(
-    make_app: Any, options: dict[str, Any], message: str
+    make_app: MakeApp, options: dict[str, Any], message: str
 ) -> None:
     app = make_app()
 

@@ -15,6 +15,7 @@ import pytest
 from pipelines import chain, chord, correlation, current_correlation_id, fan_out, for_each
 from pipelines import logs as pipeline_logs
 from pipelines.context import MessageContext, enter_message, leave_message
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
@@ -30,7 +31,7 @@ class Seen:
 
 
 def test_a_run_takes_the_callers_correlation_id_and_every_step_and_event_carries_it(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -68,7 +69,7 @@ def test_a_run_takes_the_callers_correlation_id_and_every_step_and_event_carries
     assert run.status().correlation_id == "req-42"
 
 
-def test_without_a_caller_id_each_run_gets_its_own(make_app: Any, start_worker: Any) -> None:
+def test_without_a_caller_id_each_run_gets_its_own(make_app: MakeApp, start_worker: StartWorker) -> None:
     app = make_app()
     seen = Seen()
     a = dramatiq.actor(actor_name="a", broker=app.broker)(lambda: seen.record("a"))

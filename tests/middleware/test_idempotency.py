@@ -7,9 +7,11 @@ from collections import Counter
 from typing import Any
 
 import dramatiq
-import pytest
 
 from pipelines.middleware import Idempotency
+from pipelines.store import RedisRunStore
+from tests.backends import only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
@@ -18,7 +20,9 @@ def idempotency_of(app: Any) -> Idempotency:
     return next(m for m in app.broker.middleware if isinstance(m, Idempotency))
 
 
-def test_a_message_whose_key_is_done_is_skipped_and_counted(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_message_whose_key_is_done_is_skipped_and_counted(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     charges: Counter[int] = Counter()
@@ -40,7 +44,9 @@ def test_a_message_whose_key_is_done_is_skipped_and_counted(make_app: Any, start
     assert idempotency_of(app).duplicates_skipped == 3
 
 
-def test_a_key_given_on_the_message_wins_over_the_actors(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_key_given_on_the_message_wins_over_the_actors(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     calls: list[str] = []
@@ -59,7 +65,7 @@ def test_a_key_given_on_the_message_wins_over_the_actors(make_app: Any, start_wo
 
 
 def test_a_copy_of_a_message_in_progress_waits_for_it_and_is_then_skipped(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -83,7 +89,9 @@ def test_a_copy_of_a_message_in_progress_waits_for_it_and_is_then_skipped(
     assert observer.skipped["export"] == 1
 
 
-def test_a_failure_releases_the_key_so_the_retry_runs(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_failure_releases_the_key_so_the_retry_runs(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     attempts: list[int] = []
@@ -104,8 +112,10 @@ def test_a_failure_releases_the_key_so_the_retry_runs(make_app: Any, start_worke
     assert attempts == [3, 3]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-def test_a_done_key_is_kept_for_the_configured_retention(make_app: Any, start_worker: Any, observe: Any) -> None:
+@only_on("rabbitmq")
+def test_a_done_key_is_kept_for_the_configured_retention(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app(store={"idempotency_retention_s": 120})
     observer = observe(app)
 
@@ -117,6 +127,7 @@ def test_a_done_key_is_kept_for_the_configured_retention(make_app: Any, start_wo
     job.send()
     observer.wait_handled("job", 1)
 
+    assert isinstance(app.store, RedisRunStore)
     client: Any = app.store._redis
     key = f"{app.settings.namespace}:idem:job:once"
     assert client.get(key) == b"done"

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import dramatiq
 import pytest
@@ -15,8 +14,10 @@ from periodiq import cron
 from prometheus_client import CollectorRegistry
 
 from pipelines import chain, chord, for_each
+from pipelines.app import App
 from pipelines.config import MetricsConfig
 from pipelines.middleware import Metrics
+from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.ports import free_port
 
 TIMEOUT_S = 30
@@ -28,7 +29,7 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def counted(make_app: Any) -> tuple[Any, CollectorRegistry]:
+def counted(make_app: MakeApp) -> tuple[App, CollectorRegistry]:
     app = make_app(metrics={"enabled": True, "multiprocess": False})
     metrics = next(m for m in app.broker.middleware if isinstance(m, Metrics))
     metrics._setup()
@@ -36,7 +37,7 @@ def counted(make_app: Any) -> tuple[Any, CollectorRegistry]:
 
 
 def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
-    counted: tuple[Any, CollectorRegistry], start_worker: Any, observe: Any
+    counted: tuple[App, CollectorRegistry], start_worker: StartWorker, observe: Observe
 ) -> None:
     app, registry = counted
     observer = observe(app)
@@ -85,7 +86,7 @@ def test_processing_retries_dead_letters_duplicates_and_runs_are_counted(
 
 
 def test_drops_and_partition_lag_are_counted(
-    counted: tuple[Any, CollectorRegistry], start_worker: Any, observe: Any
+    counted: tuple[App, CollectorRegistry], start_worker: StartWorker, observe: Observe
 ) -> None:
     app, registry = counted
     observer = observe(app)
@@ -114,7 +115,7 @@ def test_drops_and_partition_lag_are_counted(
         assert count == partitions.count(partition)
 
 
-def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_app: Any) -> None:
+def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_app: MakeApp) -> None:
     port = free_port()
     app = make_app(metrics={"enabled": True, "multiprocess": False, "port": port})
 

@@ -11,7 +11,10 @@ from typing import Any
 import dramatiq
 import pytest
 
+from pipelines.app import App
 from pipelines.errors import InvalidActorOption
+from tests.backends import Backend
+from tests.fixtures import MakeApp, Observe, Observer, StartWorker
 
 TIMEOUT_S = 30
 
@@ -34,7 +37,7 @@ class Calls:
             return list(self.calls)
 
 
-def with_callback(make_app: Any, observe: Any, name: str) -> tuple[Any, Any, Calls]:
+def with_callback(make_app: MakeApp, observe: Observe, name: str) -> tuple[App, Observer, Calls]:
     """An app, its observer, and the calls an actor named ``name`` (a callback target) receives."""
     app = make_app()
     calls = Calls()
@@ -43,7 +46,7 @@ def with_callback(make_app: Any, observe: Any, name: str) -> tuple[Any, Any, Cal
 
 
 def test_on_failure_sees_the_retry_count_dramatiq_gives_it_up_to_max_retries_plus_one(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app, observer, failures = with_callback(make_app, observe, "report_failure")
     before_ms = int(time.time() * 1000)
@@ -65,7 +68,7 @@ def test_on_failure_sees_the_retry_count_dramatiq_gives_it_up_to_max_retries_plu
 
 
 def test_a_message_whose_retries_are_exhausted_is_sent_to_its_on_retry_exhausted_actor(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app, observer, exhausted = with_callback(make_app, observe, "retries_spent")
 
@@ -84,7 +87,7 @@ def test_a_message_whose_retries_are_exhausted_is_sent_to_its_on_retry_exhausted
 
 
 def test_on_retry_exhausted_given_on_a_message_and_refused_errors_are_not_reported(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app, observer, exhausted = with_callback(make_app, observe, "retries_spent")
 
@@ -113,7 +116,7 @@ class RetryDelays(dramatiq.Middleware):
 
 
 def test_zero_backoffs_are_accepted_and_retry_at_the_shortest_delay(
-    make_app: Any, start_worker: Any, observe: Any, backend: str
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, backend: Backend
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -135,7 +138,7 @@ def test_zero_backoffs_are_accepted_and_retry_at_the_shortest_delay(
     assert len(attempts) == 3 + 1
     # Each retry waits the least there is: 1 ms, which RabbitMQ holds in its shortest delay tier.
     assert retries.delays == {"eager": [1, 1]}
-    if backend == "rabbitmq":
+    if backend.broker == "rabbitmq":
         topology = app.broker.topology
         assert topology.delay_tier_for(1) == topology.delay_tiers_ms[0]
         # And never less: each retry ran at least that tier after the attempt before it.
@@ -150,7 +153,7 @@ def test_zero_backoffs_are_accepted_and_retry_at_the_shortest_delay(
         ({"max_backoff": -5}, "max_backoff=-5 must be a whole number >= 0"),
     ],
 )
-def test_bad_retry_options_are_refused_at_declaration(make_app: Any, options: dict[str, Any], error: str) -> None:
+def test_bad_retry_options_are_refused_at_declaration(make_app: MakeApp, options: dict[str, Any], error: str) -> None:
     app = make_app()
     with pytest.raises(InvalidActorOption, match=re.escape(error)):
         dramatiq.actor(actor_name="misconfigured", broker=app.broker, **options)(lambda: None)
@@ -160,7 +163,7 @@ def test_bad_retry_options_are_refused_at_declaration(make_app: Any, options: di
     "profile", [{"profile": "ordered", "ordering_key": "user"}, {}], ids=["ordered-in-place", "guaranteed-delayed"]
 )
 def test_a_message_failing_every_time_runs_max_retries_plus_one_times_whatever_its_retry_path(
-    make_app: Any, start_worker: Any, observe: Any, profile: dict[str, Any]
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, profile: dict[str, Any]
 ) -> None:
     app = make_app(retries={"min_backoff_s": 0.01, "max_backoff_s": 0.02})
     observer = observe(app)

@@ -4,18 +4,18 @@ that step sees its next cancel check raise."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import dramatiq
 
 from pipelines import check_cancelled, step
 from pipelines.errors import Cancelled
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
 
 def test_a_run_whose_only_step_runs_past_its_deadline_fails_then_and_the_step_stops(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)

@@ -20,17 +20,18 @@ from pipelines.tail_sampling import (
     TailKeeping,
     sampler_for,
 )
+from tests.fixtures import MakeApp, StartWorker
 from tests.middleware.test_tracing import TIMEOUT_S, AwaitedExporter, Traced
 
 NONE_SAMPLED = {"enabled": True, "sample_ratio": 0.0}
 
 
-def traced(make_app: Any, **telemetry: Any) -> Traced:
+def traced(make_app: MakeApp, **telemetry: Any) -> Traced:
     exporter = AwaitedExporter()
     return Traced(make_app(telemetry={**NONE_SAMPLED, **telemetry}, span_exporter=exporter), exporter)
 
 
-def working(make_app: Any, start_worker: Any, **telemetry: Any) -> tuple[Traced, dict[str, Any]]:
+def working(make_app: MakeApp, start_worker: StartWorker, **telemetry: Any) -> tuple[Traced, dict[str, Any]]:
     """A traced app with this module's actors, and a worker running them."""
     t = traced(make_app, **telemetry)
     actors = declare(t.app)
@@ -55,7 +56,9 @@ def declare(app: Any) -> dict[str, Any]:
     return {"add": add, "refuse": refuse, "linger": linger}
 
 
-def test_a_failed_step_of_a_run_left_out_is_exported_alone_in_the_runs_trace(make_app: Any, start_worker: Any) -> None:
+def test_a_failed_step_of_a_run_left_out_is_exported_alone_in_the_runs_trace(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
     t, a = working(make_app, start_worker)
 
     run = t.app.start(chain(a["add"], a["refuse"], a["add"]), args=(1,))
@@ -72,7 +75,7 @@ def test_a_failed_step_of_a_run_left_out_is_exported_alone_in_the_runs_trace(mak
     assert format(failed.context.trace_id, "032x") == run.status().trace_id
 
 
-def test_a_slow_step_is_kept_and_a_quick_one_is_not(make_app: Any, start_worker: Any) -> None:
+def test_a_slow_step_is_kept_and_a_quick_one_is_not(make_app: MakeApp, start_worker: StartWorker) -> None:
     t, a = working(make_app, start_worker, keep_slower_than_s=0.2)
 
     run = t.app.start(chain(a["add"], a["linger"]), args=(1,))
@@ -137,7 +140,7 @@ def test_a_kept_span_is_passed_on_as_sampled_with_why() -> None:
     assert all(s.context is not None and s.context.trace_flags.sampled for s in collected.spans)
 
 
-def test_sampled_runs_are_exported_whole_with_keeping_on(make_app: Any, start_worker: Any) -> None:
+def test_sampled_runs_are_exported_whole_with_keeping_on(make_app: MakeApp, start_worker: StartWorker) -> None:
     t, a = working(make_app, start_worker, sample_ratio=1.0)
 
     run = t.app.start(chain(a["add"], a["add"]), args=(1,))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import dramatiq
 import pytest
@@ -12,12 +11,13 @@ import pytest
 from pipelines import chain
 from pipelines.dead_letters import DeadLetterReason
 from pipelines.middleware import TimeoutTooLong
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
 
 def test_an_actor_over_its_timeout_is_stopped_retried_and_then_dead_lettered(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -42,7 +42,7 @@ def test_an_actor_over_its_timeout_is_stopped_retried_and_then_dead_lettered(
     assert letters[0].reason.attempts == 2
 
 
-def test_a_timeout_longer_than_the_consumer_timeout_is_refused_with_advice(make_app: Any) -> None:
+def test_a_timeout_longer_than_the_consumer_timeout_is_refused_with_advice(make_app: MakeApp) -> None:
     app = make_app(broker={"consumer_timeout_s": 60})
 
     with pytest.raises(TimeoutTooLong, match=r"'transcode' may run 3600 s, longer than the broker's consumer timeout"):
@@ -53,7 +53,7 @@ def test_a_timeout_longer_than_the_consumer_timeout_is_refused_with_advice(make_
 
 
 def test_a_run_past_its_deadline_starts_no_further_step_and_fails(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)

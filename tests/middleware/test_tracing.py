@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from pipelines import chain, chord, fan_out, for_each
 from pipelines.app import App
 from pipelines.middleware import Tracing
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
@@ -99,7 +100,7 @@ class Traced:
 
 
 @pytest.fixture
-def traced(make_app: Any) -> Traced:
+def traced(make_app: MakeApp) -> Traced:
     exporter = AwaitedExporter()
     return Traced(make_app(telemetry={"enabled": True, "sample_ratio": 1.0}, span_exporter=exporter), exporter)
 
@@ -134,7 +135,7 @@ def declare(app: App) -> dict[str, Any]:
 
 
 def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_the_previous(
-    traced: Traced, start_worker: Any
+    traced: Traced, start_worker: StartWorker
 ) -> None:
     a = declare(traced.app)
     start_worker(traced.app)
@@ -174,7 +175,7 @@ def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_t
     assert double.attributes["messaging.message.conversation_id"] == run.status().correlation_id
 
 
-def test_fan_out_branches_are_siblings_under_its_one_publish(traced: Traced, start_worker: Any) -> None:
+def test_fan_out_branches_are_siblings_under_its_one_publish(traced: Traced, start_worker: StartWorker) -> None:
     a = declare(traced.app)
     start_worker(traced.app)
 
@@ -188,7 +189,7 @@ def test_fan_out_branches_are_siblings_under_its_one_publish(traced: Traced, sta
     assert publish.name.endswith(":double.negate")
 
 
-def test_a_chord_callback_links_to_every_member(traced: Traced, start_worker: Any) -> None:
+def test_a_chord_callback_links_to_every_member(traced: Traced, start_worker: StartWorker) -> None:
     a = declare(traced.app)
     start_worker(traced.app)
 
@@ -201,7 +202,7 @@ def test_a_chord_callback_links_to_every_member(traced: Traced, start_worker: An
     assert len({s.context.trace_id for s in traced.spans()}) == 1
 
 
-def test_a_retry_stays_in_the_runs_trace_and_the_failure_is_recorded(traced: Traced, start_worker: Any) -> None:
+def test_a_retry_stays_in_the_runs_trace_and_the_failure_is_recorded(traced: Traced, start_worker: StartWorker) -> None:
     a = declare(traced.app)
     start_worker(traced.app)
 
@@ -219,7 +220,9 @@ def test_a_retry_stays_in_the_runs_trace_and_the_failure_is_recorded(traced: Tra
     assert len({s.context.trace_id for s in traced.spans()}) == 1
 
 
-def test_a_replayed_dead_letter_continues_its_runs_trace(traced: Traced, start_worker: Any, observe: Any) -> None:
+def test_a_replayed_dead_letter_continues_its_runs_trace(
+    traced: Traced, start_worker: StartWorker, observe: Observe
+) -> None:
     app = traced.app
     observer = observe(app)
     broken = {"now": True}
@@ -243,7 +246,7 @@ def test_a_replayed_dead_letter_continues_its_runs_trace(traced: Traced, start_w
     assert len(traced.consumers("fragile", 2)) == 2
 
 
-def test_tracing_off_installs_nothing(make_app: Any) -> None:
+def test_tracing_off_installs_nothing(make_app: MakeApp) -> None:
     app = make_app()
 
     assert not any(isinstance(m, Tracing) for m in app.broker.middleware)

@@ -16,6 +16,7 @@ import pytest
 
 from pipelines import chain, step
 from pipelines.errors import RunFailed, RunNotFound, RunTimeout
+from tests.fixtures import MakeApp, StartWorker
 
 TIMEOUT_S = 30
 RUNS = 40
@@ -45,7 +46,7 @@ class Ticker:
 
 
 def test_runs_started_and_awaited_in_a_loop_leave_it_ticking_and_take_no_thread_each(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app()
     release = threading.Event()
@@ -86,7 +87,7 @@ def test_runs_started_and_awaited_in_a_loop_leave_it_ticking_and_take_no_thread_
 
 
 def test_async_waits_report_failure_timeout_and_unknown_runs_like_the_blocking_ones(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app()
     release = threading.Event()
@@ -122,7 +123,7 @@ def test_async_waits_report_failure_timeout_and_unknown_runs_like_the_blocking_o
     asyncio.run(main())
 
 
-def test_events_are_published_from_async_code(make_app: Any, start_worker: Any) -> None:
+def test_events_are_published_from_async_code(make_app: MakeApp, start_worker: StartWorker) -> None:
     app = make_app()
     seen: list[dict[str, Any]] = []
     arrived = threading.Event()

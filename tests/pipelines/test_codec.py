@@ -258,3 +258,54 @@ def test_tuples_in_step_results_come_back_as_lists() -> None:
 def test_a_step_result_that_is_not_json_is_a_definition_error(value: object) -> None:
     with pytest.raises(DefinitionError, match="not JSON"):
         encode_value(value)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"remind_at": datetime.datetime.now(datetime.UTC)}, r"options\['remind_at'\] is a datetime"),
+        ({"ids": {1, 2}}, r"options\['ids'\] is a set"),
+        ({"nested": {"at": [datetime.date(2026, 1, 1)]}}, r"options\['nested'\]\['at'\]\[0\] is a date"),
+        ({"score": float("nan")}, r"options\['score'\] is nan"),
+        ({"keys": {1: "a"}}, r"options\['keys'\] has the key 1"),
+    ],
+    ids=["datetime", "set", "nested-date", "nan", "int-key"],
+)
+def test_an_option_that_would_not_survive_a_json_round_trip_is_refused_naming_it(
+    options: dict[str, Any], named: str
+) -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="q", actor_name="remind", args=(), kwargs={}, options=options
+    )
+    with pytest.raises(DefinitionError, match=f"actor 'remind' has an option that is not JSON: {named}"):
+        encode_message(message)
+
+
+def test_options_of_plain_json_values_and_tuples_travel() -> None:
+    options = {"tags": ("a", "b"), "limits": {"n": 1, "f": 0.5, "on": True, "none": None}}
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="q", actor_name="remind", args=(), kwargs={}, options=options
+    )
+    assert decode_message(encode_message(message)).options == {**options, "tags": ["a", "b"]}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("message_id", 7), ("queue_name", None), ("actor_name", b"remind"), ("message_timestamp", "now")],
+)
+def test_a_message_field_of_the_wrong_type_is_refused_naming_it(field: str, value: object) -> None:
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        queue_name="q", actor_name="remind", args=(), kwargs={}, options={}
+    )
+    with pytest.raises(DefinitionError, match=f"has {field}="):
+        encode_message(message.copy(**{field: value}))
+
+
+def test_a_datetime_option_is_refused_at_send_on_a_real_app(backend: str, make_app: Any) -> None:
+    app = make_app()
+
+    @dramatiq.actor(broker=app.broker)
+    def remind() -> None: ...
+
+    with pytest.raises(DefinitionError, match=r"options\['remind_at'\] is a datetime"):
+        remind.send_with_options(remind_at=datetime.datetime.now(datetime.UTC))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 import dramatiq
 import orjson
@@ -12,11 +11,17 @@ import pika
 import pytest
 
 from pipelines import CannotReplay, DeadLetterError, DeadLetterNotFound, chain, correlation, step
+from pipelines.app import App
+from pipelines.broker import ExchangeBroker
+from tests.backends import Backend, only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
 
-def declare_billing(app: Any, broken: dict[str, bool]) -> tuple[Any, Any, Any]:
+def declare_billing(
+    app: App, broken: dict[str, bool]
+) -> tuple[dramatiq.Actor[[int], int], dramatiq.Actor[[int, int], int], dramatiq.Actor[[int], str]]:
     @dramatiq.actor(broker=app.broker)
     def price(order_id: int) -> int:
         return order_id * 10
@@ -35,7 +40,7 @@ def declare_billing(app: Any, broken: dict[str, bool]) -> tuple[Any, Any, Any]:
 
 
 def test_a_failed_step_is_dead_lettered_with_every_detail_of_why(
-    make_app: Any, start_worker: Any, observe: Any, backend: str
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, backend: Backend
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -62,14 +67,16 @@ def test_a_failed_step_is_dead_lettered_with_every_detail_of_why(
     assert (reason.attempts, reason.actor, reason.correlation_id) == (1, "bill", "checkout-9")
     assert (reason.run_id, reason.step) == (run.id, "0.1")
     assert reason.at.startswith("20")
-    if backend == "rabbitmq":
+    if backend.broker == "rabbitmq":
         assert (reason.queue, reason.routing_key) == (f"{ns}.billing.bill", "bill")
     assert letter.message is not None
     assert letter.message.args == (5, 30)
     assert app.dead_letters.show(letter.id).reason == reason
 
 
-def test_replaying_a_fixed_step_completes_its_original_run_once(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_replaying_a_fixed_step_completes_its_original_run_once(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     broken = {"bill": True}
@@ -93,7 +100,7 @@ def test_replaying_a_fixed_step_completes_its_original_run_once(make_app: Any, s
     assert app.dead_letters.list() == []
 
 
-def test_replay_all_and_purge_work_per_queue(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_replay_all_and_purge_work_per_queue(make_app: MakeApp, start_worker: StartWorker, observe: Observe) -> None:
     app = make_app()
     observer = observe(app)
 
@@ -122,7 +129,9 @@ def test_replay_all_and_purge_work_per_queue(make_app: Any, start_worker: Any, o
     assert len(app.dead_letters.list()) == 3
 
 
-def test_a_step_of_a_cancelled_run_cannot_be_replayed(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_step_of_a_cancelled_run_cannot_be_replayed(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     price, bill, receipt = declare_billing(app, {"bill": True})
@@ -140,9 +149,12 @@ def test_a_step_of_a_cancelled_run_cannot_be_replayed(make_app: Any, start_worke
     assert [dead.id for dead in app.dead_letters.list()] == [letter.id]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-def test_a_malformed_dead_letter_is_shown_but_not_replayed(make_app: Any, start_worker: Any, observe: Any) -> None:
+@only_on("rabbitmq")
+def test_a_malformed_dead_letter_is_shown_but_not_replayed(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
     app.broker.ensure_topology()
     queue = app.broker.topology.actor_queues["echo"]
@@ -163,11 +175,12 @@ def test_a_malformed_dead_letter_is_shown_but_not_replayed(make_app: Any, start_
     assert json.loads(json.dumps(letter.reason.__dict__))["actor"] == "echo"
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_a_message_published_without_an_id_gets_one_as_a_dead_letter(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
     app.broker.ensure_topology()
     queue = app.broker.topology.actor_queues["echo"]
@@ -190,7 +203,7 @@ def test_a_message_published_without_an_id_gets_one_as_a_dead_letter(
     assert app.dead_letters.purge() == 3
 
 
-def test_a_queue_filter_that_names_nothing_is_an_error_not_an_empty_list(make_app: Any) -> None:
+def test_a_queue_filter_that_names_nothing_is_an_error_not_an_empty_list(make_app: MakeApp) -> None:
     app = make_app()
     dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
 
@@ -200,7 +213,7 @@ def test_a_queue_filter_that_names_nothing_is_an_error_not_an_empty_list(make_ap
 
 
 def test_each_dead_letter_is_logged_once_with_its_ids_and_a_dropped_message_is_not(
-    make_app: Any, start_worker: Any, observe: Any, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app(profiles={"fire_and_forget_max_retries": 0})
     observer = observe(app)

@@ -17,7 +17,8 @@ from dramatiq.results.backends import RedisBackend
 
 from pipelines import step
 from pipelines.errors import DefinitionError
-from tests.conftest import REDIS_URL
+from tests.backends import REDIS_URL, only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.recording import TIMEOUT_S, Recorded
 
 #: Dramatiq's documented actor options (its default middleware), each with a value it takes.
@@ -39,7 +40,9 @@ DRAMATIQ_ACTOR_OPTIONS: dict[str, Any] = {
 
 
 @pytest.mark.parametrize(("name", "value"), DRAMATIQ_ACTOR_OPTIONS.items(), ids=list(DRAMATIQ_ACTOR_OPTIONS))
-def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(make_app: Any, name: str, value: Any) -> None:
+def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(
+    make_app: MakeApp, name: str, value: Any
+) -> None:
     app = make_app()
 
     actor = dramatiq.actor(actor_name="optioned", queue_name="custom", broker=app.broker, **{name: value})(lambda: None)
@@ -47,14 +50,14 @@ def test_each_documented_dramatiq_actor_option_is_accepted_at_declaration(make_a
     assert (actor.priority if name == "priority" else actor.options[name]) == value
 
 
-def test_broker_priority_is_refused_on_an_actor_with_what_to_use_instead(make_app: Any) -> None:
+def test_broker_priority_is_refused_on_an_actor_with_what_to_use_instead(make_app: MakeApp) -> None:
     app = make_app()
 
     with pytest.raises(DefinitionError, match=r"Actor 'urgent': broker_priority=5 is not supported.*HIGH_PRIORITY"):
         dramatiq.actor(actor_name="urgent", broker=app.broker, broker_priority=5)(lambda: None)
 
 
-def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: Any) -> None:
+def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: MakeApp) -> None:
     app = make_app()
     urgent = dramatiq.actor(actor_name="urgent", broker=app.broker)(lambda n: None)
 
@@ -63,7 +66,7 @@ def test_broker_priority_is_refused_on_a_message_before_it_is_sent(make_app: Any
 
 
 def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_in_dramatiq(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -90,9 +93,9 @@ def test_a_dramatiq_pipeline_of_a_generic_actor_and_a_pipe_ignore_step_runs_as_i
     assert seen == [("double", 3), ("record", (6,)), ("record", ("alone",))]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_a_worker_booting_after_set_encoder_says_the_encoder_is_not_used(
-    make_app: Any, start_worker: Any, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, start_worker: StartWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app()
     dramatiq.actor(actor_name="plain", broker=app.broker)(lambda: None)
@@ -107,16 +110,13 @@ def test_a_worker_booting_after_set_encoder_says_the_encoder_is_not_used(
     assert any("set_encoder(PickleEncoder) is not used" in r.getMessage() for r in caplog.records)
 
 
-rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-
-
 def sent_long_ago(message: dramatiq.Message[Any], age_ms: int) -> dramatiq.Message[Any]:
     """``message`` as if it had been sent ``age_ms`` ago."""
     return message.copy(message_timestamp=current_millis() - age_ms)
 
 
 def test_a_message_older_than_its_max_age_is_dead_lettered_with_the_reason_and_never_runs(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -144,9 +144,9 @@ def test_a_message_older_than_its_max_age_is_dead_lettered_with_the_reason_and_n
     assert sorted(calls.wait_for(2)) == ["by its actor's max_age", "fresh"]
 
 
-@rabbitmq_only
+@only_on("rabbitmq")
 def test_a_pipeline_step_past_its_max_age_fails_its_run_naming_the_step(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -169,10 +169,10 @@ def test_a_pipeline_step_past_its_max_age_fails_its_run_naming_the_step(
     assert (letter.reason.reason, letter.reason.run_id) == ("max age exceeded", run.id)
 
 
-@rabbitmq_only
+@only_on("rabbitmq")
 @pytest.mark.parametrize("where", ["actor", "message"])
 def test_notify_shutdown_raises_shutdown_in_the_actor_when_its_worker_stops_and_the_message_runs_again(
-    make_app: Any, start_worker: Any, where: str
+    make_app: MakeApp, start_worker: StartWorker, where: str
 ) -> None:
     app = make_app(retries={"max_retries": 3, "min_backoff_s": 0.01, "max_backoff_s": 0.02})
     attempts = Recorded()
@@ -226,7 +226,7 @@ def test_notify_shutdown_raises_shutdown_in_the_actor_when_its_worker_stops_and_
     ids=["throws", "retry_when", "store_results", "result_ttl", "time_limit"],
 )
 def test_a_message_option_that_could_not_work_here_is_refused_at_send_with_what_to_use_instead(
-    make_app: Any, options: dict[str, Any], error: str
+    make_app: MakeApp, options: dict[str, Any], error: str
 ) -> None:
     app = make_app(broker={"consumer_timeout_s": 60}, worker={"time_limit_s": 30})
     plain = dramatiq.actor(actor_name="plain", broker=app.broker)(lambda: None)
@@ -235,16 +235,16 @@ def test_a_message_option_that_could_not_work_here_is_refused_at_send_with_what_
         plain.send_with_options(**options)
 
 
-def test_a_long_running_actor_takes_a_message_time_limit_past_the_consumer_timeout(make_app: Any) -> None:
+def test_a_long_running_actor_takes_a_message_time_limit_past_the_consumer_timeout(make_app: MakeApp) -> None:
     app = make_app(broker={"consumer_timeout_s": 60}, worker={"time_limit_s": 30})
     export = dramatiq.actor(actor_name="export", broker=app.broker, profile="long_running")(lambda: None)
 
     assert export.send_with_options(time_limit=3_600_000).options["time_limit"] == 3_600_000
 
 
-@rabbitmq_only
+@only_on("rabbitmq")
 def test_store_results_works_as_in_dramatiq_once_its_results_middleware_is_added(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app()
     results = RedisBackend(url=REDIS_URL, namespace=f"{app.settings.namespace}-results")

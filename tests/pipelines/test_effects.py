@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import dramatiq
 import pytest
 
 import pipelines
 from pipelines import chain, step
+from tests.fixtures import MakeApp, StartWorker
 
 
 def test_the_effect_key_is_the_step_the_idempotency_key_or_the_message_id_and_survives_retries(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app(retries={"max_retries": 1})
     keys: dict[str, list[str]] = {}

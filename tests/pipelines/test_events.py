@@ -9,10 +9,11 @@ import dramatiq
 import pytest
 
 from pipelines.errors import DefinitionError, Unroutable
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 
 def test_an_event_with_three_subscribers_reaches_all_three_from_one_publish(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -46,7 +47,7 @@ def test_an_event_with_three_subscribers_reaches_all_three_from_one_publish(
     assert "on_refunds" not in observer.handled
 
 
-def test_an_event_nobody_subscribes_to_is_refused_not_dropped(make_app: Any) -> None:
+def test_an_event_nobody_subscribes_to_is_refused_not_dropped(make_app: MakeApp) -> None:
     app = make_app()
     dramatiq.actor(actor_name="on_orders", broker=app.broker, subscribe=["order.*"])(lambda event: None)
 
@@ -55,7 +56,7 @@ def test_an_event_nobody_subscribes_to_is_refused_not_dropped(make_app: Any) -> 
 
 
 @pytest.mark.parametrize("topic", ["", "order..placed", "order placed", "order.*"])
-def test_a_topic_that_is_not_dot_separated_words_is_refused(make_app: Any, topic: str) -> None:
+def test_a_topic_that_is_not_dot_separated_words_is_refused(make_app: MakeApp, topic: str) -> None:
     app = make_app()
     dramatiq.actor(actor_name="on_all", broker=app.broker, subscribe=["#"])(lambda event: None)
 
@@ -63,7 +64,7 @@ def test_a_topic_that_is_not_dot_separated_words_is_refused(make_app: Any, topic
         app.publish(topic, {})
 
 
-def test_actors_with_unroutable_names_or_subscriptions_are_refused_when_declared(make_app: Any) -> None:
+def test_actors_with_unroutable_names_or_subscriptions_are_refused_when_declared(make_app: MakeApp) -> None:
     app = make_app()
 
     with pytest.raises(DefinitionError, match=r"Actor name 'billing\.charge' cannot be routed"):

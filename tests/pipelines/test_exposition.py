@@ -10,7 +10,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import dramatiq
 import pytest
@@ -18,8 +17,12 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from pipelines.broker import ExchangeBroker
 from pipelines.exposition import GroupSamples, LiveWorkers, QueueDepths
 from pipelines.metrics_http import serve_http
+from tests.backends import only_on
+from tests.fixtures import MakeApp
+from tests.housekeeping import start_process, stop_process
 from tests.ports import free_port
 
 
@@ -40,9 +43,10 @@ def values(depths: QueueDepths, name: str) -> dict[str, float]:
     return {s.labels["queue"]: s.value for m in depths.collect() if m.name == name for s in m.samples}
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-def test_depths_and_the_oldest_message_age_bound(make_app: Any, tmp_path: Path) -> None:
+@only_on("rabbitmq")
+def test_depths_and_the_oldest_message_age_bound(make_app: MakeApp, tmp_path: Path) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     for name in ("idle", "stalled", "draining"):
         dramatiq.actor(broker=app.broker, actor_name=name)(lambda: None)
     app.broker.ensure_topology()
@@ -84,7 +88,7 @@ sys.stdin.read()
 
 def test_a_killed_process_loses_its_heartbeat_and_keeps_its_counts(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    writer = subprocess.Popen(
+    writer = start_process(
         [sys.executable, "-c", WRITER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
@@ -96,8 +100,7 @@ def test_a_killed_process_loses_its_heartbeat_and_keeps_its_counts(tmp_path: Pat
         writer.wait(timeout=30)
         dead = {m.name: [(s.labels, s.value) for s in m.samples] for m in samples.collect()}
     finally:
-        writer.kill()
-        writer.wait(timeout=30)
+        stop_process(writer)
 
     assert alive["pipelines_worker_heartbeat_timestamp_seconds"] == [{"pid": str(writer.pid)}]
     assert dead.get("pipelines_worker_heartbeat_timestamp_seconds", []) == []

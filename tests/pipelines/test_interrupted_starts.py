@@ -13,6 +13,7 @@ import pytest
 
 from pipelines import chain, for_each
 from pipelines.app import App
+from tests.fixtures import MakeApp
 
 
 def _declare(app: App) -> dramatiq.Actor[Any, Any]:
@@ -24,7 +25,7 @@ def _declare(app: App) -> dramatiq.Actor[Any, Any]:
 
 
 def test_ctrl_c_mid_publish_fails_the_run_with_the_reason_and_the_id_was_handed_out_first(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     inc = _declare(app)
@@ -50,7 +51,7 @@ def test_ctrl_c_mid_publish_fails_the_run_with_the_reason_and_the_id_was_handed_
 
 
 def test_ctrl_c_right_after_the_store_recorded_the_run_fails_it_too(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     inc = _declare(app)
@@ -69,7 +70,7 @@ def test_ctrl_c_right_after_the_store_recorded_the_run_fails_it_too(
 
 
 def test_a_publish_error_other_than_the_brokers_own_also_fails_the_run(
-    make_app: Any, monkeypatch: pytest.MonkeyPatch
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     inc = _declare(app)
@@ -83,3 +84,32 @@ def test_a_publish_error_other_than_the_brokers_own_also_fails_the_run(
 
     [run] = app.runs(pipeline="one").runs
     assert (run.state, run.error) == ("failed", "The run could not be started: OSError: connection reset by peer")
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, BrokenPipeError])
+def test_an_interruption_while_the_new_run_id_is_handed_out_fails_the_run_and_publishes_nothing(
+    make_app: Any, monkeypatch: pytest.MonkeyPatch, interruption: type[BaseException]
+) -> None:
+    app = make_app()
+    inc = _declare(app)
+    published: list[Any] = []
+    monkeypatch.setattr(app.broker, "enqueue_many", lambda messages, **options: published.extend(messages))
+    handed_out: list[str] = []
+
+    def print_id(run_id: str, new: bool) -> None:
+        # What `pipelines run` does with the id: a Ctrl-C, or a reader that closed the pipe, stops it here.
+        handed_out.append(run_id)
+        raise interruption
+
+    with pytest.raises(interruption):
+        app.start(chain(inc, inc), args=(1,), name="printed", on_created=print_id)
+
+    [run] = app.runs(pipeline="printed").runs
+    assert run.run_id == handed_out[0]
+    assert run.state == "failed"
+    assert run.error == (
+        "The run could not be started: interrupted"
+        if interruption is KeyboardInterrupt
+        else "The run could not be started: BrokenPipeError"
+    )
+    assert published == []

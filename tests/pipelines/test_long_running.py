@@ -8,14 +8,16 @@ from typing import Any
 
 import dramatiq
 import orjson
-import pytest
 
 from pipelines import report_progress, step
+from pipelines.broker import MemoryBroker
 from pipelines.codec import encode_message
 from pipelines.middleware.leases import WATCHDOG, Leases
+from tests.backends import only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
-memory_only = pytest.mark.parametrize("backend", ["memory"], indirect=True)
-rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+memory_only = only_on("memory")
+rabbitmq_only = only_on("rabbitmq")
 
 
 def leases_of(app: Any) -> Leases:
@@ -23,7 +25,7 @@ def leases_of(app: Any) -> Leases:
 
 
 def test_progress_shows_in_the_run_and_a_cancel_stops_the_job_at_its_next_report(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -60,7 +62,9 @@ def test_progress_shows_in_the_run_and_a_cancel_stops_the_job_at_its_next_report
     assert run.status().steps[0].state == "skipped"  # not left "running"
 
 
-def test_a_job_whose_worker_died_is_run_again_by_its_watchdog(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_job_whose_worker_died_is_run_again_by_its_watchdog(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     ran: list[int] = []
@@ -85,13 +89,14 @@ def test_a_job_whose_worker_died_is_run_again_by_its_watchdog(make_app: Any, sta
 
 
 @memory_only
-def test_a_lost_job_with_on_lost_fail_is_dead_lettered_and_fails_its_run(make_app: Any) -> None:
+def test_a_lost_job_with_on_lost_fail_is_dead_lettered_and_fails_its_run(make_app: MakeApp) -> None:
     app = make_app()
 
     @dramatiq.actor(broker=app.broker, profile="long_running", on_lost="fail")
     def backup(volume: str) -> None: ...
 
     run = app.start(step(backup, "vol-1"))
+    assert isinstance(app.broker, MemoryBroker)
     [published] = [dramatiq.Message.decode(body) for body in app.broker.queues["long_running"].queue]
     leases_of(app).recover(app.broker, published)
 
@@ -109,7 +114,7 @@ def test_a_lost_job_with_on_lost_fail_is_dead_lettered_and_fails_its_run(make_ap
 
 @rabbitmq_only
 def test_a_job_longer_than_the_consumer_timeout_runs_once(
-    short_consumer_timeout: int, make_app: Any, start_worker: Any, observe: Any
+    short_consumer_timeout: int, make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app(broker={"consumer_timeout_s": 2})
     observer = observe(app)

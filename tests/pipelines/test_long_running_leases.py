@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 import dramatiq
 import pytest
 
 from pipelines import step
 from pipelines.middleware.leases import Leases
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 
 class CountedStop(threading.Event):
@@ -29,7 +29,7 @@ class CountedStop(threading.Event):
 
 
 def test_a_job_that_ends_normally_is_never_reported_as_taken_over(
-    make_app: Any, start_worker: Any, observe: Any, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -58,7 +58,9 @@ def test_a_job_that_ends_normally_is_never_reported_as_taken_over(
     assert [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()] == []
 
 
-def test_a_copy_of_a_job_that_ended_does_not_run_it_again(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_copy_of_a_job_that_ended_does_not_run_it_again(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     ran: list[str] = []
@@ -76,7 +78,9 @@ def test_a_copy_of_a_job_that_ended_does_not_run_it_again(make_app: Any, start_w
     assert ran == ["orders"]
 
 
-def test_a_replayed_dead_letter_of_a_long_job_runs_again(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_replayed_dead_letter_of_a_long_job_runs_again(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     attempts: list[str] = []

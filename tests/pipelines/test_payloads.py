@@ -14,10 +14,14 @@ from pydantic import BaseModel, Field
 
 from pipelines import chain, step
 from pipelines import options as opt
+from pipelines.app import App
 from pipelines.errors import InvalidActorOption
+from pipelines.naming import run_key
 from pipelines.payloads import InvalidArguments, InvalidPayload
+from tests.backends import only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
-rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+rabbitmq_only = only_on("rabbitmq")
 OLD_KEY, NEW_KEY = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 
 
@@ -36,7 +40,7 @@ def v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {"order_id": data["order_id"], "amount_cents": round(data["amount"] * 100), "currency": "EUR"}
 
 
-def test_arguments_are_validated_at_enqueue_and_travel_as_the_models_json(make_app: Any) -> None:
+def test_arguments_are_validated_at_enqueue_and_travel_as_the_models_json(make_app: MakeApp) -> None:
     app = make_app()
 
     @dramatiq.actor(broker=app.broker, payload=ChargeV2, schema_version=2)
@@ -61,7 +65,7 @@ def test_arguments_are_validated_at_enqueue_and_travel_as_the_models_json(make_a
 
 
 def test_an_event_is_checked_against_its_typed_subscribers_when_published(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     received: list[Any] = []
@@ -84,7 +88,7 @@ def test_an_event_is_checked_against_its_typed_subscribers_when_published(
     assert received == [ChargeV1(order_id=2, amount=9.5)]  # the refused event reached nobody
 
 
-@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@only_on("memory")
 @pytest.mark.parametrize(
     ("options", "complaint"),
     [
@@ -95,7 +99,7 @@ def test_an_event_is_checked_against_its_typed_subscribers_when_published(
     ],
 )
 def test_payload_declarations_that_cannot_work_are_refused(
-    make_app: Any, options: dict[str, Any], complaint: str
+    make_app: MakeApp, options: dict[str, Any], complaint: str
 ) -> None:
     app = make_app()
     with pytest.raises(InvalidActorOption, match=complaint):
@@ -104,7 +108,7 @@ def test_payload_declarations_that_cannot_work_are_refused(
 
 @rabbitmq_only
 def test_a_rolling_upgrade_v2_workers_process_the_v1_messages_left_in_the_queue(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     old = make_app()  # the v1 producer (and its workers, now gone)
     v1 = dramatiq.actor(broker=old.broker, actor_name="charge", payload=ChargeV1)(lambda request: None)
@@ -129,7 +133,7 @@ def test_a_rolling_upgrade_v2_workers_process_the_v1_messages_left_in_the_queue(
 
 
 def test_a_message_that_does_not_validate_at_processing_is_dead_lettered_once_with_the_error(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app(retries={"max_retries": 3})
     observer = observe(app)
@@ -160,7 +164,7 @@ def test_a_message_that_does_not_validate_at_processing_is_dead_lettered_once_wi
 
 @rabbitmq_only  # two apps share queues only through RabbitMQ
 def test_arguments_an_actor_cannot_take_are_refused_at_send_and_dead_lettered_once_in_the_worker(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     old = make_app()  # a producer still on the old signature
     dramatiq.actor(broker=old.broker, actor_name="resize")(lambda image, width, height: None)
@@ -182,7 +186,7 @@ def test_arguments_an_actor_cannot_take_are_refused_at_send_and_dead_lettered_on
     assert "too many positional arguments" in (letter.reason.error or "")
 
 
-def test_a_message_newer_than_the_worker_waits_for_an_upgraded_worker(make_app: Any) -> None:
+def test_a_message_newer_than_the_worker_waits_for_an_upgraded_worker(make_app: MakeApp) -> None:
     app = make_app()
 
     @dramatiq.actor(broker=app.broker, payload=ChargeV1)
@@ -199,13 +203,13 @@ class Card(BaseModel):
     card_number: str
 
 
-def secret_app(make_app: Any, keys: list[str]) -> Any:
+def secret_app(make_app: MakeApp, keys: list[str]) -> App:
     return make_app(encryption={"keys": keys})
 
 
 @rabbitmq_only
 def test_secrets_are_unreadable_in_rabbitmq_and_redis_and_opened_for_the_actor(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = secret_app(make_app, [NEW_KEY])
     observer = observe(app)
@@ -237,8 +241,48 @@ def test_secrets_are_unreadable_in_rabbitmq_and_redis_and_opened_for_the_actor(
     assert b"Ada" in raw[0]  # only the secret field is sealed
     assert b'"$sealed"' in raw[0]
     assert b"vip" not in raw[1]  # the whole argument list is sealed
-    assert b"0009" not in record  # the encrypting actor's result is stored sealed
+    assert b'"$sealed"' in record  # the encrypting actor's result is stored sealed
+    assert b"0009" not in record
     assert seen[0].card_number == "4111111111111111"
+
+
+@rabbitmq_only
+def test_the_bound_secrets_of_a_later_step_are_sealed_in_the_run_store_and_opened_for_its_actor(
+    make_app: Any, start_worker: Any
+) -> None:
+    app = secret_app(make_app, [NEW_KEY])
+    seen: list[tuple[str, Any]] = []
+
+    @dramatiq.actor(broker=app.broker)
+    def amount(x: int) -> int:
+        return x * 2
+
+    @dramatiq.actor(broker=app.broker, encrypt=True)
+    def store_pan(pan: str, total: int) -> str:
+        seen.append((pan, total))
+        return pan[-4:]
+
+    @dramatiq.actor(broker=app.broker, secret_fields=["card_number"])
+    def charge(last4: str, card_number: str = "", holder: str = "") -> str:
+        seen.append((card_number, last4))
+        return holder
+
+    start_worker(app)
+    # The plan keeps the arguments bound to steps 2 and 3 in the run store until they run.
+    run = app.start(
+        chain(
+            step(amount, 21),
+            step(store_pan, "340000000000009"),
+            step(charge, card_number="5500005555555559", holder="Ada"),
+        )
+    )
+
+    assert run.result(timeout_s=30) == "Ada"
+    assert seen == [("340000000000009", 42), ("5500005555555559", "0009")]
+    record = _raw_run(app, run.id)
+    assert b"340000000000009" not in record
+    assert b"5500005555555559" not in record
+    assert b'"holder":"Ada"' in record  # only what the actor marks secret is sealed
 
 
 def _raw_bodies(app: Any, actors: list[str]) -> list[bytes]:
@@ -257,15 +301,15 @@ def _raw_run(app: Any, run_id: str) -> bytes:
     import redis
 
     client: Any = redis.Redis.from_url(app.settings.store.url)
-    key = f"{app.settings.namespace}:run:{run_id}"
+    key = run_key(app.settings.namespace, run_id)
     values = [*client.hgetall(key).values(), *client.hgetall(key + ":steps").values()]
-    values += [*client.hgetall(key + ":results").values()]
+    values += [*client.hgetall(key + ":results").values(), *client.hgetall(key + ":starts").values()]
     return b"\n".join(values)
 
 
 @rabbitmq_only
 def test_a_tampered_message_is_dead_lettered_and_rotated_keys_still_open_old_messages(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     old = secret_app(make_app, [OLD_KEY])
     dramatiq.actor(broker=old.broker, actor_name="store_pan", encrypt=True)(lambda pan: None)

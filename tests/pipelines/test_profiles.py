@@ -10,11 +10,14 @@ import pytest
 from periodiq import cron
 
 from pipelines import options as opt
+from pipelines.broker import ExchangeBroker
 from pipelines.errors import DefinitionError, InvalidActorOption, TopologyMismatch
 from pipelines.profiles import partition_for
+from tests.backends import only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
-memory_only = pytest.mark.parametrize("backend", ["memory"], indirect=True)
-rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+memory_only = only_on("memory")
+rabbitmq_only = only_on("rabbitmq")
 
 
 @memory_only
@@ -35,7 +38,7 @@ rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
     ],
 )
 def test_invalid_profile_options_are_refused_at_declaration_naming_the_fix(
-    make_app: Any, options: dict[str, Any], complaint: str
+    make_app: MakeApp, options: dict[str, Any], complaint: str
 ) -> None:
     app = make_app()
 
@@ -47,7 +50,7 @@ def test_invalid_profile_options_are_refused_at_declaration_naming_the_fix(
 
 
 @memory_only
-def test_each_profile_fills_in_its_defaults(make_app: Any) -> None:
+def test_each_profile_fills_in_its_defaults(make_app: MakeApp) -> None:
     app = make_app(profiles={"ordered_partitions": 4, "fire_and_forget_max_retries": 2})
 
     def noop(user_id: str = "") -> None: ...
@@ -70,7 +73,7 @@ def test_each_profile_fills_in_its_defaults(make_app: Any) -> None:
 
 
 @memory_only
-def test_the_topology_declares_what_each_profile_needs(make_app: Any) -> None:
+def test_the_topology_declares_what_each_profile_needs(make_app: MakeApp) -> None:
     app = make_app(profiles={"ordered_partitions": 3})
     ns = app.settings.namespace
 
@@ -102,7 +105,7 @@ def test_partitions_are_a_stable_hash_of_the_key() -> None:
 
 @memory_only
 def test_a_message_to_an_ordered_actor_is_routed_to_its_keys_partition_and_fan_outs_split_it_off(
-    make_app: Any,
+    make_app: MakeApp,
 ) -> None:
     app = make_app()
     feed = dramatiq.actor(broker=app.broker, actor_name="feed", profile="ordered", ordering_key="user_id")(
@@ -130,7 +133,7 @@ def test_a_message_to_an_ordered_actor_is_routed_to_its_keys_partition_and_fan_o
 
 
 def test_a_fire_and_forget_message_is_dropped_after_its_retries_not_dead_lettered(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app(profiles={"fire_and_forget_max_retries": 2}, retries={"min_backoff_s": 0.01, "max_backoff_s": 0.05})
     observer = observe(app)
@@ -152,7 +155,7 @@ def test_a_fire_and_forget_message_is_dropped_after_its_retries_not_dead_lettere
 
 @rabbitmq_only
 def test_an_ordered_actor_keeps_each_keys_order_through_retries_in_place_and_a_dead_letter(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app(profiles={"ordered_partitions": 4}, retries={"min_backoff_s": 0.01, "max_backoff_s": 0.05})
     observer = observe(app)
@@ -181,12 +184,14 @@ def test_an_ordered_actor_keeps_each_keys_order_through_retries_in_place_and_a_d
     assert seen["u1"] == [seq for seq in range(events) if seq != 5]
     assert all(seen[f"u{u}"] == list(range(events)) for u in range(2, users))
     [letter] = app.dead_letters.list()
+    assert letter.message is not None
     assert (letter.reason.reason, letter.message.args) == ("retries exhausted", ("u1", 5))
 
 
 @rabbitmq_only
-def test_changing_an_existing_actors_profile_is_refused_with_what_to_do(make_app: Any) -> None:
+def test_changing_an_existing_actors_profile_is_refused_with_what_to_do(make_app: MakeApp) -> None:
     before = make_app()
+    assert isinstance(before.broker, ExchangeBroker)
     dramatiq.actor(broker=before.broker, actor_name="digest")(lambda: None)
     before.broker.ensure_topology()
     after = make_app(namespace=before.settings.namespace)

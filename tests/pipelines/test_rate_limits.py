@@ -10,9 +10,12 @@ import dramatiq
 import pytest
 
 from pipelines import step
+from pipelines.broker import ExchangeBroker
 from pipelines.rate_limits import parse_rate
+from tests.backends import only_on
+from tests.fixtures import MakeApp, StartWorker
 
-rabbitmq_only = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+rabbitmq_only = only_on("rabbitmq")
 
 RATE = 20
 BACKLOG = 200
@@ -57,11 +60,14 @@ def busiest_window(started: list[float], width_s: float = 1.0) -> int:
 
 
 @rabbitmq_only
-def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(make_app: Any, start_worker: Any) -> None:
+def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
     app = make_app()
     # Another producer in the same namespace that does not pace (an older deploy, a replay, a script):
     # its messages are due at once, so only the worker can hold the limit.
     producer = make_app(namespace=app.settings.namespace)
+    assert isinstance(producer.broker, ExchangeBroker)
     started = Started()
 
     @dramatiq.actor(broker=app.broker, actor_name="call_partner_api", rate_limit=f"{RATE}/s")
@@ -84,7 +90,7 @@ def test_a_backlog_queued_while_no_worker_ran_reaches_the_actor_at_its_rate(make
 
 @rabbitmq_only
 def test_paced_messages_whose_slots_passed_while_no_worker_ran_are_paced_again(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app()
     started = Started()
@@ -107,7 +113,7 @@ def test_paced_messages_whose_slots_passed_while_no_worker_ran_are_paced_again(
 
 @rabbitmq_only
 def test_runs_of_a_rate_limited_pipeline_started_while_no_worker_ran_start_at_its_rate(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app = make_app()
     started = Started()

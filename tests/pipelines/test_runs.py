@@ -1,10 +1,15 @@
 """Pipeline runs end to end: chain, fan-out, chord, nesting, failures, cancel, idempotent starts.
 
-Every test runs twice: on the embedded broker and store, and on the real RabbitMQ and Redis.
+Every test runs on each broker kind with its partner store (``tests/backends.py``); the core ones,
+where the broker's deliveries meet the store's decisions (chains, fan-outs and chords advancing,
+duplicated deliveries, failures, retries, cancels, idempotent starts), run on every broker kind with
+every store kind (``on_every_backend``), so a new kind of either axis is tried against each of the other.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections import Counter
 from typing import Any
@@ -15,6 +20,8 @@ import pytest
 from pipelines import chain, chord, fan_out, for_each, group, step
 from pipelines.app import App
 from pipelines.errors import DefinitionError, RunFailed, RunNotFound, UnknownActor, UnknownPipeline
+from tests.backends import on_every_backend
+from tests.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 
@@ -72,7 +79,10 @@ def declare_arithmetic(app: App, ledger: Ledger) -> dict[str, dramatiq.Actor[Any
     return {"add": add, "double": double, "negate": negate, "square": square, "collect": collect, "total": total}
 
 
-def test_chain_passes_each_result_to_the_next_step(make_app: Any, start_worker: Any, ledger: Ledger) -> None:
+@on_every_backend
+def test_chain_passes_each_result_to_the_next_step(
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
+) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
     start_worker(app)
@@ -89,8 +99,29 @@ def test_chain_passes_each_result_to_the_next_step(make_app: Any, start_worker: 
     assert all(s.started_at_ms and s.finished_at_ms and s.finished_at_ms >= s.started_at_ms for s in status.steps)
 
 
+def test_each_step_names_the_worker_process_and_thread_that_ran_it(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
+    app = make_app()
+    ran_on: dict[int, str] = {}
+
+    @dramatiq.actor(broker=app.broker)
+    def where(x: int) -> int:
+        ran_on[x] = threading.current_thread().name
+        return x + 1
+
+    start_worker(app, threads=2)
+
+    run = app.start(chain(where, where), args=(0,))
+
+    assert run.result(timeout_s=TIMEOUT_S) == 2
+    here = f"{socket.gethostname()}:{os.getpid()}"
+    assert [s.worker for s in run.status().steps] == [f"{here}/{ran_on[0]}", f"{here}/{ran_on[1]}"]
+
+
+@on_every_backend
 def test_fan_out_of_three_branches_is_one_publish_and_runs_each_branch_once(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -104,8 +135,9 @@ def test_fan_out_of_three_branches_is_one_publish_and_runs_each_branch_once(
     assert ledger.calls == Counter({"double": 1, "negate": 1, "square": 1})
 
 
+@on_every_backend
 def test_chord_callback_gets_every_member_result_in_member_order(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -117,8 +149,9 @@ def test_chord_callback_gets_every_member_result_in_member_order(
     assert ledger.calls == Counter({"square": 20, "collect": 1})
 
 
+@on_every_backend
 def test_chord_fires_once_when_member_messages_are_delivered_twice(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -130,7 +163,7 @@ def test_chord_fires_once_when_member_messages_are_delivered_twice(
         twice = [m for message in messages for m in ([message] * (2 if message.actor_name == "square" else 1))]
         return original(twice, **kwargs)
 
-    app.broker.enqueue_many = publish_members_twice
+    monkeypatch.setattr(app.broker, "enqueue_many", publish_members_twice)
     run = app.start(chord(for_each(a["square"], range(10)), then=a["total"]))
     start_worker(app)
 
@@ -140,8 +173,9 @@ def test_chord_fires_once_when_member_messages_are_delivered_twice(
     assert run.status().count("succeeded") == 11
 
 
+@on_every_backend
 def test_a_member_published_again_after_the_chord_completed_does_not_fire_the_callback_again(
-    make_app: Any, start_worker: Any, observe: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -153,7 +187,7 @@ def test_a_member_published_again_after_the_chord_completed_does_not_fire_the_ca
         sent.extend(messages)
         return original(messages, **kwargs)
 
-    app.broker.enqueue_many = remember
+    monkeypatch.setattr(app.broker, "enqueue_many", remember)
     start_worker(app)
     run = app.start(chord(for_each(a["square"], range(5)), then=a["total"]))
     assert run.result(timeout_s=TIMEOUT_S) == 30
@@ -167,8 +201,9 @@ def test_a_member_published_again_after_the_chord_completed_does_not_fire_the_ca
     assert ledger.calls["square"] == 5
 
 
+@on_every_backend
 def test_nested_chain_with_fan_out_and_chord_gives_the_right_result(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -194,7 +229,9 @@ def test_nested_chain_with_fan_out_and_chord_gives_the_right_result(
     assert len(run.status().steps) == 1 + 2 + 50 + 1 + 1
 
 
-def test_branches_and_members_can_themselves_be_chains(make_app: Any, start_worker: Any, ledger: Ledger) -> None:
+def test_branches_and_members_can_themselves_be_chains(
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
+) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
     start_worker(app)
@@ -209,7 +246,7 @@ def test_branches_and_members_can_themselves_be_chains(make_app: Any, start_work
 
 
 def test_a_failing_step_fails_the_run_with_its_error_and_later_steps_never_run(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -230,8 +267,9 @@ def test_a_failing_step_fails_the_run_with_its_error_and_later_steps_never_run(
     assert ledger.calls["negate"] == 0
 
 
+@on_every_backend
 def test_a_failing_chord_member_fails_the_run_once_and_the_callback_never_fires(
-    make_app: Any, start_worker: Any, observe: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, ledger: Ledger
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -256,7 +294,10 @@ def test_a_failing_chord_member_fails_the_run_once_and_the_callback_never_fires(
     assert "total" not in observer.handled
 
 
-def test_a_step_retried_after_a_failure_completes_the_run(make_app: Any, start_worker: Any, ledger: Ledger) -> None:
+@on_every_backend
+def test_a_step_retried_after_a_failure_completes_the_run(
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
+) -> None:
     app = make_app()
     attempts: Counter[str] = Counter()
 
@@ -275,8 +316,9 @@ def test_a_step_retried_after_a_failure_completes_the_run(make_app: Any, start_w
     assert run.status().steps[0].attempts == 3
 
 
+@on_every_backend
 def test_cancel_before_a_step_starts_means_it_never_runs(
-    make_app: Any, start_worker: Any, observe: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, ledger: Ledger
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -305,8 +347,9 @@ def test_cancel_before_a_step_starts_means_it_never_runs(
     assert run.cancel() is False
 
 
+@on_every_backend
 def test_starting_with_the_same_idempotency_key_returns_the_first_run(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -325,7 +368,7 @@ def test_starting_with_the_same_idempotency_key_returns_the_first_run(
 
 
 def test_registered_pipelines_run_by_name_with_their_arguments(
-    make_app: Any, start_worker: Any, ledger: Ledger
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -339,7 +382,7 @@ def test_registered_pipelines_run_by_name_with_their_arguments(
 
 
 def test_unknown_pipeline_unknown_actor_and_arguments_that_do_not_fit_are_refused_at_start(
-    make_app: Any, ledger: Ledger
+    make_app: MakeApp, ledger: Ledger
 ) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
@@ -363,7 +406,7 @@ def pipeline_step(actor_name: str) -> Any:
     return Step(actor_name=actor_name)
 
 
-def test_a_result_over_the_size_limit_fails_the_run_with_advice(make_app: Any, start_worker: Any) -> None:
+def test_a_result_over_the_size_limit_fails_the_run_with_advice(make_app: MakeApp, start_worker: StartWorker) -> None:
     app = make_app(store={"max_result_bytes": 1000})
 
     @dramatiq.actor(broker=app.broker)
@@ -377,14 +420,16 @@ def test_a_result_over_the_size_limit_fails_the_run_with_advice(make_app: Any, s
         run.result(timeout_s=TIMEOUT_S)
 
 
-def test_run_handles_of_unknown_runs_say_so(make_app: Any) -> None:
+def test_run_handles_of_unknown_runs_say_so(make_app: MakeApp) -> None:
     app = make_app()
 
     with pytest.raises(RunNotFound, match="No run nope in the run store"):
         app.get_run("nope").status()
 
 
-def test_many_runs_start_together_and_each_completes(make_app: Any, start_worker: Any, ledger: Ledger) -> None:
+def test_many_runs_start_together_and_each_completes(
+    make_app: MakeApp, start_worker: StartWorker, ledger: Ledger
+) -> None:
     app = make_app()
     a = declare_arithmetic(app, ledger)
     start_worker(app)

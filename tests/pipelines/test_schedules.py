@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,10 +12,15 @@ import pendulum
 import periodiq
 import pytest
 from periodiq import cron
+from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines import step
-from pipelines.middleware.schedules import CHECK, Schedules
+from pipelines.metrics_http import serve_http
+from pipelines.middleware import Metrics
+from pipelines.middleware.schedules import CHECK
 from pipelines.schedules import current_tick, tick_of, ticks_between
+from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.ports import free_port
 
 MINUTE_MS = 60_000
 #: A day in the past the tests' clock travels to (periodiq, the scheduler and the check read pendulum's).
@@ -40,7 +46,9 @@ def test_a_tick_is_the_latest_cron_time_at_or_before_its_stamp() -> None:
     assert [(t - start) // MINUTE_MS for t in every_10] == [10, 20, 30, 40, 50, 60]
 
 
-def test_two_schedulers_sending_the_same_tick_run_the_job_once(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_two_schedulers_sending_the_same_tick_run_the_job_once(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
     ran: list[int | None] = []
@@ -60,7 +68,9 @@ def test_two_schedulers_sending_the_same_tick_run_the_job_once(make_app: Any, st
     assert app.store.tick_claims("cleanup", tick_of(str(now))) == 2
 
 
-def test_a_scheduled_pipeline_starts_one_run_per_tick(make_app: Any, start_worker: Any, observe: Any) -> None:
+def test_a_scheduled_pipeline_starts_one_run_per_tick(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
     app = make_app()
     observer = observe(app)
 
@@ -103,6 +113,21 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return fake
 
 
+def exported(app: Any, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of ``name`` the app's metrics serve on ``/metrics`` (labels as served, namespace too)."""
+    metrics = next(m for m in app.broker.middleware if isinstance(m, Metrics))
+    server = serve_http(
+        "127.0.0.1", free_port(), metrics.registry, namespace=app.settings.namespace, health=lambda: None
+    )
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
 def scheduler_wakes(actors: Sequence[dramatiq.Actor[Any, Any]]) -> None:
     """What periodiq's scheduler does when it starts (or its alarm rings): send the ticks due now."""
     previous = signal.getsignal(signal.SIGALRM)
@@ -118,7 +143,7 @@ def scheduled_actors(app: Any) -> list[dramatiq.Actor[Any, Any]]:
 
 
 def test_a_scheduler_started_late_in_a_matching_minute_runs_the_tick_once(
-    make_app: Any, start_worker: Any, observe: Any, clock: Clock
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, clock: Clock
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -146,9 +171,16 @@ def test_a_scheduler_started_late_in_a_matching_minute_runs_the_tick_once(
 @pytest.mark.parametrize("first", ["tick", "check"])
 @pytest.mark.parametrize("missed", ["skip", "catch_up"])
 def test_an_outage_of_three_ticks_counts_three_missed_whatever_comes_first(
-    *, make_app: Any, start_worker: Any, observe: Any, clock: Clock, caplog: Any, missed: str, first: str
+    *,
+    make_app: MakeApp,
+    start_worker: StartWorker,
+    observe: Observe,
+    clock: Clock,
+    caplog: Any,
+    missed: str,
+    first: str,
 ) -> None:
-    app = make_app()
+    app = make_app(metrics={"enabled": True, "multiprocess": False, "port": free_port()})
     observer = observe(app)
     ran: list[int | None] = []
 
@@ -156,10 +188,6 @@ def test_an_outage_of_three_ticks_counts_three_missed_whatever_comes_first(
     def cleanup() -> None:
         ran.append(current_tick())
 
-    counted: list[tuple[str, int]] = []
-    next(m for m in app.broker.middleware if isinstance(m, Schedules)).listeners.append(
-        lambda job, n: counted.append((job, n))
-    )
     check = app.broker.get_actor(CHECK)
     start_worker(app)
 
@@ -192,8 +220,12 @@ def test_an_outage_of_three_ticks_counts_three_missed_whatever_comes_first(
     def at(m: int) -> int:
         return int(minute(m).timestamp() * 1000)
 
-    print(f"\noutage of 3 ticks, missed={missed}, {first} first: counted {counted}, ran {len(ran)} tick(s)")
-    assert counted == [("cleanup", 3)]
+    counted = exported(app, "pipelines_schedule_missed_ticks_total")
+    total = sum(value for _, value in counted)
+    print(
+        f"\noutage of 3 ticks, missed={missed}, {first} first: missed ticks exported {total:g}, ran {len(ran)} tick(s)"
+    )
+    assert counted == [({"actor": "cleanup", "pipelines_namespace": app.settings.namespace}, 3.0)]
     logged = [r.getMessage() for r in caplog.records if "that no scheduler sent" in r.getMessage()]
     first_missed, latest_missed = (minute(m).in_timezone("UTC").to_iso8601_string() for m in (1, 3))
     assert len(logged) == 1

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
+import dramatiq
 import pytest
+from periodiq import cron
 
+from pipelines.broker import ExchangeBroker
+from pipelines.deadlines import DEADLINE_CHECK
+from pipelines.middleware.leases import WATCHDOG
+from pipelines.middleware.schedules import CHECK
 from pipelines.topology import (
     DELAY_TIER_HEADER,
     ActorRoute,
@@ -17,6 +23,9 @@ from pipelines.topology import (
     Topology,
     build_topology,
 )
+from tests.backends import AMQP_URL, TEST_DELAY_TIERS_S, only_on
+from tests.fixtures import MakeApp
+from tests.housekeeping import listed
 
 CHARGE = ActorRoute("charge", "default")
 AUDIT = ActorRoute("audit", "events", ("order.*", "invoice.#"))
@@ -247,3 +256,29 @@ def test_a_replication_factor_is_given_to_every_quorum_queue_only_when_set() -> 
         ("x-quorum-initial-group-size" in q.arguments) == (q.arguments["x-queue-type"] == "quorum")
         for q in classic.queues
     )
+
+
+@only_on("rabbitmq")
+def test_a_declared_namespace_has_two_queues_per_actor_one_per_tier_and_one_more_per_extra_partition(
+    make_app: MakeApp,
+) -> None:
+    app = make_app()
+    declared_actors: dict[str, dict[str, Any]] = {
+        "charge": {},
+        "ping": {"profile": "fire_and_forget"},
+        "feed": {"profile": "ordered", "ordering_key": "user", "partitions": 4},
+        "nightly": {"periodic": cron("0 2 * * *")},
+        "export": {"profile": "long_running"},
+    }
+    for name, options in declared_actors.items():
+        dramatiq.actor(broker=app.broker, actor_name=name, **options)(lambda user="": None)
+    assert isinstance(app.broker, ExchangeBroker)
+    app.broker.ensure_topology()
+
+    namespace = app.settings.namespace
+    declared = sorted(q for q in listed("list_queues", amqp_url=AMQP_URL) if q.startswith(f"{namespace}."))
+    actors = sorted(app.broker.actors)  # with the framework's own, declared with the first of a kind
+
+    assert actors == sorted(["charge", "ping", "feed", "nightly", "export", DEADLINE_CHECK, CHECK, WATCHDOG])
+    assert len(declared) == 2 * len(actors) + len(TEST_DELAY_TIERS_S) + (4 - 1)  # the README's count
+    assert declared == sorted(q.name for q in app.broker.topology.queues)

@@ -25,11 +25,11 @@ from pipelines.broker.common import HookDispatch, TopologyCache, check_size, eve
 from pipelines.broker.rabbitmq.confirms import Outgoing
 from pipelines.broker.rabbitmq.connections import Connections, dramatiq_error, node_parameters
 from pipelines.broker.rabbitmq.consuming import Consumption, GroupConsumer
+from pipelines.broker.rabbitmq.dead_letter_marks import DeadLetterMarks
 from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.publishing import Publishing
-from pipelines.broker.rabbitmq.screening import DeadLetterMarks
 from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.rabbitmq.workers import RunningWorkers
 from pipelines.codec import encode_message, warn_custom_encoder

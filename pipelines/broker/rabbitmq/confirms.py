@@ -16,6 +16,7 @@ import pika
 import pika.exceptions
 from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
+from pipelines.broker.rabbitmq.connecting import open_connection
 from pipelines.errors import PublishError
 
 #: Longest wait for RabbitMQ to confirm a batch before the connection is treated as broken.
@@ -86,7 +87,7 @@ class ConfirmPublisher:
     """A connection with one confirm-mode channel for publishing and one plain channel for declaring."""
 
     def __init__(self, parameters: Any, *, confirm: bool) -> None:
-        self.connection = pika.BlockingConnection(parameters)
+        self.connection = open_connection(parameters)
         self._confirm = confirm
         self._channel = self.connection.channel()
         # pika's blocking channel only confirms one publish at a time; its wrapped channel lets us

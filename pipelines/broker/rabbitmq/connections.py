@@ -19,17 +19,15 @@ from typing import Any, TypeVar
 
 import pika
 from dramatiq.errors import BrokerError
-from pika.adapters.utils.connection_workflow import AMQPConnectorStackTimeout
 
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS, REFUSED_LOGIN, ConfirmPublisher
+from pipelines.broker.rabbitmq.connecting import HANDSHAKE_TIMEOUT
 from pipelines.config import BrokerConfig
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=BrokerError)
 
-#: What pika raises when a server took the TCP connection but never answered the AMQP protocol header.
-HANDSHAKE_TIMEOUT = (AMQPConnectorStackTimeout,)
 #: How many connections in a row a thread opens for a declaration or an inspection before giving up.
 MAX_CONNECT_ATTEMPTS = 2
 

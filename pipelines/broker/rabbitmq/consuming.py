@@ -6,14 +6,17 @@ its next turn, which the declaration wakes), as Dramatiq's own consumer reads wh
 queue name. Long-running queues are not subscribed to but read into the process's long-running
 window (``polling``, ``window``), a late actor's as the others.
 
-Each delivery is screened before Dramatiq sees it (``screening``): one that is not a message for the
-queue's actor (not JSON, fields missing, another actor's, over the size limit, an option or header of
-the wrong type) is dead-lettered with the reason and never reaches a worker thread, and nothing a
-producer publishes can raise out of ``__next__``. A redelivered copy of a message dead-lettered already
-is acknowledged without a second dead letter. A delayed message back from a delay tier before it is due goes on to
-the next tier. Deliveries are settled by what the middleware decided (:mod:`pipelines.outcome`): a
-failed one is published to its dead-letter queue with its reason and then acknowledged, a dropped
-one is acknowledged, and a retry in place goes back to the head of its queue.
+Each delivery is screened before Dramatiq sees it (``pipelines.broker.screening``): one that is not a
+message for the queue's actor (not JSON, fields missing, another actor's, over the size limit, an
+option or header of the wrong type) is dead-lettered with the reason and never reaches a worker
+thread. Nothing a producer publishes, and no fault in handling a delivery, raises out of ``__next__``
+but a lost connection: such a delivery is dead-lettered (``could not be consumed``) instead of
+restarting the consumer, and a long-running one gives its slot of the window back. A redelivered copy
+of a message dead-lettered already is acknowledged without a second dead letter. A delayed message
+back from a delay tier before it is due goes on to the next tier. Deliveries are settled by what the
+middleware decided (:mod:`pipelines.outcome`): a failed one is published to its dead-letter queue
+with its reason and then acknowledged (``dead_lettering``), a dropped one is acknowledged, and a retry
+in place goes back to the head of its queue.
 """
 
 from __future__ import annotations
@@ -28,20 +31,21 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import dramatiq
-import pika
 from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
+from pipelines.broker.rabbitmq.connecting import open_connection
 from pipelines.broker.rabbitmq.connections import dramatiq_error
-from pipelines.broker.rabbitmq.delivery import Delivery, letter_id
+from pipelines.broker.rabbitmq.dead_lettering import DeadLettering
+from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.polling import Fetched, LongRunningReader
-from pipelines.broker.rabbitmq.screening import dead_letter_reason, screen
 from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
-from pipelines.codec import encode_message
-from pipelines.dead_letters import DeadLetterReason, now_iso, reason_for
+from pipelines.broker.screening import letter_id, refusal, screen
+from pipelines.dead_letters import DeadLetterReason, reason_for
 from pipelines.errors import PipelinesError
 from pipelines.outcome import outcome_of
 
@@ -97,12 +101,13 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._cancelled_by_broker: list[str] = []
         """Consumer tags RabbitMQ cancelled (a readers queue deleted), announced again on the next turn."""
         try:
-            self.connection = pika.BlockingConnection(broker.thread_connections.candidates())
+            self.connection = open_connection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
             self.channel.add_on_cancel_callback(self._on_cancelled_by_broker)
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
         self.settlements = Settlements(connection=self.connection, channel=self.channel)
+        self.dead_lettering = DeadLettering(broker=broker, settlements=self.settlements, window=window)
 
     def add_queues(self, queues: Mapping[str, tuple[str, Consumption]], *, wake: bool = True) -> None:
         """Consume these actor queues too (queue → its actor, how), from the next ``__next__`` on; any
@@ -197,7 +202,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         arrival = self._ready.popleft()
         delivery = None
         try:
-            delivery = self._delivery(arrival)
+            delivery = self._take(arrival)
         finally:
             if arrival.slot:
                 if delivery is None:
@@ -206,10 +211,23 @@ class GroupConsumer(dramatiq.broker.Consumer):
                     delivery.counted = True
         return delivery
 
-    def _delivery(self, arrival: Arrival) -> Delivery | None:
+    def _take(self, arrival: Arrival) -> Delivery | None:
+        """What goes to the worker of ``arrival``, or None if it was settled here; a fault in handling it
+        dead-letters it, only a lost connection raises (Dramatiq's worker reconnects, RabbitMQ redelivers)."""
+        actor = self.queues[arrival.queue]
+        try:
+            return self._delivery(arrival, actor)
+        except ConnectionClosed:
+            raise
+        except Exception as e:  # a fault here must not restart the consumer and return every prefetched message
+            logger.exception("Could not take a delivery on the queue of %r; dead-lettering it.", actor)
+            reason = refusal(e, actor=actor, queue=arrival.queue, routing_key=arrival.method.routing_key)
+            self._refuse(arrival, replace(reason, reason="could not be consumed"))
+            return None
+
+    def _delivery(self, arrival: Arrival, actor: str) -> Delivery | None:
         """What goes to the worker of ``arrival``, or None if it was settled here (see the module docstring)."""
         method, properties, body, queue, _ = arrival
-        actor = self.queues[queue]
         if self.window.stopping:
             # The worker stops: back to its queue rather than held here (nothing is consumed any more).
             self.settlements.reject(method.delivery_tag, requeue=True)
@@ -219,11 +237,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
             logger.info("Acknowledging a redelivered copy of a message dead-lettered already (queue %s).", queue)
             self.settlements.ack(method.delivery_tag)
             return None
-        headers = getattr(properties, "headers", None)
         try:
             message, delivery_count = screen(
                 body,
-                headers,
+                getattr(properties, "headers", None),
                 actor=actor,
                 queue_name=self.queue_name,
                 max_bytes=self.broker.config.max_message_bytes,
@@ -231,24 +248,14 @@ class GroupConsumer(dramatiq.broker.Consumer):
             )
         except Exception as e:  # whatever a producer sent, it must not reach Dramatiq's consumer loop
             logger.error("Dead-lettering a message on the queue of %r: %s: %s.", actor, type(e).__name__, e)
-            reason = DeadLetterReason(
-                reason=dead_letter_reason(e),
-                error_type=type(e).__name__,
-                error=str(e),
-                actor=actor,
-                queue=queue,
-                routing_key=method.routing_key,
-                at=now_iso(),
-            )
-            message_id = getattr(properties, "message_id", None) or letter_id(body)
-            self._dead_letter(method.delivery_tag, body, message_id, reason, self._home(actor), received=body)
+            self._refuse(arrival, refusal(e, actor=actor, queue=queue, routing_key=method.routing_key))
             return None
-        eta = message.options.get(opt.ETA)
+        eta = wire_options.eta_ms(message.options)
         if eta is not None:
-            options = {k: v for k, v in message.options.items() if k != opt.ETA}
             if eta > current_millis():
                 self._redelay(method, message, int(eta), queue, body)
                 return None
+            options = {k: v for k, v in message.options.items() if k != opt.ETA}
             message = dramatiq.Message(**{**message.asdict(), "options": options})
         return Delivery(
             message,
@@ -261,37 +268,22 @@ class GroupConsumer(dramatiq.broker.Consumer):
             body=body,
         )
 
+    def _refuse(self, arrival: Arrival, reason: DeadLetterReason) -> None:
+        message_id = getattr(arrival.properties, "message_id", None) or letter_id(arrival.body)
+        self.dead_lettering.refuse(arrival.method.delivery_tag, arrival.body, message_id, reason)
+
     def _redelay(self, method: Any, message: dramatiq.Message[Any], eta: int, queue: str, body: bytes) -> None:
         """Back from a delay tier before it is due: on to the next tier, then let go of it here (if that
         publish fails, it is dead-lettered with the reason rather than lost or retried in a loop)."""
         try:
             self.broker.redelay(message, eta)
-        except PipelinesError as e:
+        except Exception as e:  # on the consumer's thread: whatever failed, this delivery ends here
             logger.exception("Could not send %s on to its next delay tier; dead-lettering it.", message.message_id)
             reason = reason_for(message, reason="could not be delayed", exception=e, queue=queue)
-            home = self._home(message.actor_name)
-            self._dead_letter(method.delivery_tag, body, message.message_id, reason, home, received=body)
+            home = self.dead_lettering.home(message.actor_name)
+            self.dead_lettering.publish(method.delivery_tag, body, message.message_id, reason, home, received=body)
             return
         self.settlements.ack(method.delivery_tag)
-
-    def _dead_letter(
-        self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason, queue: str, *, received: bytes
-    ) -> None:
-        """Publish to the dead-letter exchange with the reason, remember it (by the ``received`` body, so
-        a redelivered copy is not dead-lettered again), then acknowledge; if that publish fails, reject
-        instead, so RabbitMQ dead-letters it (without our reason) and nothing is lost."""
-        try:
-            self.broker.dead_letter(body, message_id=message_id, reason=reason, queue=queue)
-        except PipelinesError:
-            logger.exception("Could not dead-letter %s with its reason; rejecting it instead.", message_id)
-            self.settlements.reject(tag, requeue=False)
-            return
-        self.broker.dead_letter_marks.remember(reason.queue or queue, received)
-        self.settlements.ack(tag)
-
-    def _home(self, actor: str) -> str:
-        """The queue whose dead-letter queue takes ``actor``'s dead letters (partitions share one)."""
-        return self.broker.topology.actor_queues[actor]
 
     def _owns(self, message: dramatiq.broker.MessageProxy) -> bool:
         return isinstance(message, Delivery) and message.consumer is self
@@ -320,25 +312,11 @@ class GroupConsumer(dramatiq.broker.Consumer):
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
         self._release(message)
-        if not self._owns(message):
+        # A delivery acknowledged on start needs no channel: only its dead letter is left to publish.
+        if isinstance(message, Delivery) and (message.settled or message.consumer is self):
+            self.dead_lettering.failed(message)
+        else:
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
-            return
-        assert isinstance(message, Delivery)
-        outcome = outcome_of(message)
-        if outcome.drop:
-            logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
-            if not message.settled:
-                self.settlements.ack(message.tag)
-            return
-        reason = outcome.dead_letter or reason_for(message, reason="rejected", exception=message._exception)
-        reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
-        body = encode_message(message._message)
-        home = self._home(message.actor_name)
-        if message.settled:
-            # Acknowledged on start: only the dead letter is left to publish.
-            self.broker.dead_letter(body, message_id=message.message_id, reason=reason, queue=home)
-            return
-        self._dead_letter(message.tag, body, message.message_id, reason, home, received=message.body)
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
         """Return deliveries never started to their queues (from any thread), once this consumer's

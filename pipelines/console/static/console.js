@@ -119,14 +119,18 @@ async function post(button) {
   for (const region of regions) refresh(region);
 }
 
+function letters(count) {
+  return count + (count === 1 ? " dead letter" : " dead letters");
+}
+
 function summary(done, answer) {
   if (answer.outcome) return done + " " + answer.outcome + ".";
   if (answer.outcomes) {
     const values = Object.values(answer.outcomes);
     const failed = values.filter((v) => v.startsWith("not replayed"));
-    return done + " " + values.length + " dead letter(s)" + (failed.length ? ", " + failed.length + " not: " + failed[0] : "") + ".";
+    return done + " " + letters(values.length) + (failed.length ? ", " + failed.length + " not: " + failed[0] : "") + ".";
   }
-  if (typeof answer.purged === "number") return done + " " + answer.purged + " dead letter(s) deleted.";
+  if (typeof answer.purged === "number") return done + " " + letters(answer.purged) + " deleted.";
   if (typeof answer.cancelled === "boolean") return answer.cancelled ? done : "The run had already ended (" + answer.state + ").";
   return done;
 }

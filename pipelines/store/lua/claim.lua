@@ -1,6 +1,7 @@
 -- Claim a step for this worker under a lease, unless it must not run now.
 -- KEYS[1] run key; ARGV: step id, lease_ms, the message's attempt number
--- (a newer attempt than the one holding the lease is that attempt's retry, not a duplicate)
+-- (a newer attempt than the one holding the lease is that attempt's retry, not a duplicate),
+-- the worker claiming it (host:pid/thread; kept as the step's worker, '' records none)
 -- Returns {'run', attempt} | {'done'} | {'stopped', run_status} | {'busy', wait_ms} | {'missing'}
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
@@ -31,6 +32,7 @@ step.s = 'running'
 step.n = (step.n or 0) + 1
 step.t0 = step.t0 or now
 step.l = now + tonumber(ARGV[2])
+if ARGV[4] and ARGV[4] ~= '' then step.w = ARGV[4] end
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 if status == 'pending' then
   redis.call('HSET', run, 'status', 'running', 'started_at', now)

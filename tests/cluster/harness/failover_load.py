@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +24,7 @@ from pipelines import chain, chord, for_each, step
 from pipelines.app import App
 from pipelines.errors import PipelinesError
 from pipelines.runs import Run
+from tests.housekeeping import start_process, stop_process
 
 HARNESS = Path(__file__).resolve().parent
 ROOT = HARNESS.parents[2]
@@ -168,7 +167,7 @@ def partial_send(actor: dramatiq.Actor[Any, Any], n: int) -> Callable[[], None]:
 
 def start_worker(env: dict[str, str], log: Path, *, threads: int = 8) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen(
+        return start_process(
             [
                 *(str(Path(sys.executable).parent / "dramatiq"), "failover_worker", "--path", str(HARNESS)),
                 *("--processes", "1", "--threads", str(threads)),
@@ -177,19 +176,11 @@ def start_worker(env: dict[str, str], log: Path, *, threads: int = 8) -> subproc
             cwd=ROOT,
             stdout=out,
             stderr=out,
-            start_new_session=True,
         )
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
-    if worker.poll() is not None:
-        return
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=30)
+    stop_process(worker, timeout_s=30)
 
 
 def execution_times(postgres_url: str, table: str) -> list[datetime]:

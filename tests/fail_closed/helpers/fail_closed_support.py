@@ -5,7 +5,6 @@ consumer restarts, raw publishing, and a PostgreSQL table that counts effects.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -20,9 +19,7 @@ import psycopg
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.outcome import outcome_of
-
-AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
-POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+from tests.backends import AMQP_URL, POSTGRES_URL
 
 
 class Ledger(dramatiq.Middleware):
@@ -71,17 +68,22 @@ class Ledger(dramatiq.Middleware):
 
 
 class ConsumerRestarts(logging.Handler):
-    """Counts what Dramatiq logs when a consumer's ``__next__`` raised: every restart closes its channel."""
+    """Counts what Dramatiq logs when a consumer's ``__next__`` raised (every restart closes its channel),
+    and when an ack or nack raised (Dramatiq calls that its own bug, and drops the settlement)."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.restarts = 0
+        self.unsettled = 0
         self.errors: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
         if "Restarting consumer" in text:
             self.restarts += 1
+        elif "Unhandled error during post_process_message" in text:
+            self.unsettled += 1
+            self.errors.append(text)
         elif record.levelno >= logging.CRITICAL:
             self.errors.append(text)
 
@@ -159,6 +161,47 @@ def body(marker: str, *, actor: str = "sink", options: dict[str, Any] | None = N
     return orjson.dumps({**message, **fields})
 
 
+Headers = dict[str, Any] | None
+
+
+#: The shapes that used to crash the consumer or run a message without its guards, kept as regression
+#: cases: name → (body of a message with this marker, headers, what its dead letter must mention).
+CORPUS: dict[str, tuple[Callable[[str], bytes], Headers, str]] = {
+    "branches not a mapping": (
+        lambda m: body(m, actor="", options={"pipeline_branches": "x"}),
+        None,
+        "pipeline_branches",
+    ),
+    "branch not a mapping": (
+        lambda m: body(m, actor="", options={"pipeline_branches": {"sink": "x"}}),
+        None,
+        "pipeline_branches",
+    ),
+    "branch args not a list": (
+        lambda m: body(m, actor="", options={"pipeline_branches": {"sink": {"args": 5}}}),
+        None,
+        "pipeline_branches",
+    ),
+    "delivery count not a number": (body, {"x-delivery-count": "abc"}, "x-delivery-count"),
+    "delivery count void": (body, {"x-delivery-count": None}, "x-delivery-count"),
+    "step not an address": (lambda m: body(m, options={"pipeline_step": "x"}), None, "pipeline_step"),
+    "step without node": (lambda m: body(m, options={"pipeline_step": {"run": "r"}}), None, "pipeline_step"),
+    "retries not a number": (lambda m: body(m, options={"retries": "x"}), None, "retries"),
+    "max_retries not a number": (lambda m: body(m, options={"max_retries": "x"}), None, "max_retries"),
+    "eta not a number": (lambda m: body(m, options={"eta": "soon"}), None, "eta"),
+    "time_limit not a number": (lambda m: body(m, options={"time_limit": "x"}), None, "time_limit"),
+    "idempotency key not a string": (lambda m: body(m, options={"idempotency_key": 5}), None, "idempotency_key"),
+    "max_age not a number": (lambda m: body(m, options={"max_age": "x"}), None, "max_age"),
+    "on_success not an actor": (lambda m: body(m, options={"on_success": 5}), None, "on_success"),
+    "pipe_target not a message": (lambda m: body(m, options={"pipe_target": "x"}), None, "pipe_target"),
+    "scheduled_at not a time": (lambda m: body(m, options={"scheduled_at": "soon"}), None, "scheduled_at"),
+    "throws from the wire": (lambda m: body(m, options={"throws": ["ValueError"]}), None, "throws"),
+    "not JSON": (lambda m: b"\x80not json", None, "not JSON"),
+    "a JSON list": (lambda m: b"[1, 2]", None, "list"),
+    "args not a list": (lambda m: body(m, args="x"), None, "args"),
+}
+
+
 def declare_sink(app: App) -> Counter[str]:
     """Declare ``sink``, which counts its runs by the marker it is given."""
     runs: Counter[str] = Counter()
@@ -169,10 +212,18 @@ def declare_sink(app: App) -> Counter[str]:
         with lock:
             runs[marker] += 1
 
-    assert isinstance(app.broker, ExchangeBroker)
-    app.broker.ensure_topology()
+    if isinstance(app.broker, ExchangeBroker):
+        app.broker.ensure_topology()
     return runs
 
 
 def dead_letters_by_id(app: App) -> Counter[str]:
     return Counter(letter.id.split(".")[0] for letter in app.dead_letters.list(limit=10_000))
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``done`` every 0.1 s until it holds (for what has nothing to wait on, such as a queue's content)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.1)

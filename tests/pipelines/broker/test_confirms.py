@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.broker.rabbitmq import confirms
 from pipelines.broker.rabbitmq.confirms import ConfirmPublisher, ConfirmTimeout
-from tests.conftest import settings_for
+from tests.backends import AMQP_URL
 
 
 @pytest.mark.usefixtures("services")
@@ -17,7 +17,7 @@ def test_a_server_that_never_turns_on_confirms_is_given_up_on(monkeypatch: pytes
     monkeypatch.setattr(confirms, "CONFIRM_TIMEOUT_S", 1.0)
     # As if RabbitMQ never answered confirm.select: the request is never sent.
     monkeypatch.setattr(pika.channel.Channel, "confirm_delivery", lambda self, *a, **k: None)
-    parameters = pika.URLParameters(settings_for("rabbitmq").broker.url)
+    parameters = pika.URLParameters(AMQP_URL)
     parameters.heartbeat = 0
     closed: list[bool] = []
     close = ConfirmPublisher.close

@@ -1,11 +1,11 @@
 """The dead-letter administration every broker implements (``DeadLetterAdmin``), run on each of them.
 
-A new broker joins by being one more ``backend``: these tests say what ``pipelines.dlq`` relies on.
+A new broker joins by being one more broker kind (``tests/backends.py``): these tests say what
+``pipelines.dlq`` relies on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import dramatiq
@@ -15,6 +15,10 @@ from pipelines import naming
 from pipelines.app import App
 from pipelines.codec import encode_message
 from pipelines.dead_letters import DeadLetterAdmin, DeadLetterReason
+from tests.backends import on_each_broker
+from tests.fixtures import MakeApp
+
+pytestmark = on_each_broker
 
 
 @dataclass
@@ -41,7 +45,7 @@ class DeadLetters:
 
 
 @pytest.fixture
-def letters(make_app: Callable[..., App]) -> DeadLetters:
+def letters(make_app: MakeApp) -> DeadLetters:
     app = make_app()
     dramatiq.actor(actor_name="charge", broker=app.broker)(lambda n: None)
     admin: DeadLetterAdmin = app.broker  # checked by mypy: both brokers implement the protocol

@@ -5,20 +5,23 @@ and every message arrives once."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import dramatiq
 import pika
-import pytest
+
+from pipelines.broker import ExchangeBroker
+from tests.backends import only_on
+from tests.fixtures import MakeApp
 
 THREADS = 8
 ROUNDS = 5
 ECHOES, LOST = 10, 2
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-def test_concurrent_batches_arrive_once_each_even_when_some_of_them_are_returned(make_app: Any) -> None:
+@only_on("rabbitmq")
+def test_concurrent_batches_arrive_once_each_even_when_some_of_them_are_returned(make_app: MakeApp) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     echo = dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
     lost = dramatiq.actor(actor_name="lost", broker=app.broker)(lambda x: x)
     app.broker.ensure_topology()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import dramatiq
-import pytest
 
-pytestmark = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+from pipelines.broker import ExchangeBroker
+from tests.backends import only_on
+from tests.fixtures import MakeApp, StartWorker
+
+pytestmark = only_on("rabbitmq")
 
 
-def test_a_delayed_message_is_counted_as_delayed_until_it_is_due(make_app: Any) -> None:
+def test_a_delayed_message_is_counted_as_delayed_until_it_is_due(make_app: MakeApp) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     later = dramatiq.actor(actor_name="later", broker=app.broker)(lambda: None)
 
     later.send_with_options(delay=30_000)
@@ -19,8 +21,11 @@ def test_a_delayed_message_is_counted_as_delayed_until_it_is_due(make_app: Any) 
     assert app.broker.get_queue_message_counts("default") == (0, 1, 0)
 
 
-def test_join_returns_only_after_a_retry_waiting_in_a_delay_tier_ran(make_app: Any, start_worker: Any) -> None:
+def test_join_returns_only_after_a_retry_waiting_in_a_delay_tier_ran(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     attempts: list[int] = []
 
     @dramatiq.actor(broker=app.broker, max_retries=1)

@@ -13,11 +13,13 @@ import pytest
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.testing import boot
+from tests.backends import only_on
+from tests.fixtures import MakeApp, StartWorker
 from tests.recording import TIMEOUT_S, Recorded
 
 
 def test_an_actor_declared_after_the_worker_started_on_a_queue_name_it_consumes_is_processed(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app: App = make_app()
     dramatiq.actor(actor_name="early", broker=app.broker)(lambda: None)
@@ -32,7 +34,7 @@ def test_an_actor_declared_after_the_worker_started_on_a_queue_name_it_consumes_
 
 
 def test_a_worker_started_before_any_actor_processes_actors_declared_later_on_new_queue_names(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app: App = make_app()
     start_worker(app)
@@ -46,8 +48,10 @@ def test_a_worker_started_before_any_actor_processes_actors_declared_later_on_ne
     assert sorted(seen.wait_for(2)) == [1, 2]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-def test_an_ordered_actor_declared_late_has_every_partition_consumed(make_app: Any, start_worker: Any) -> None:
+@only_on("rabbitmq")
+def test_an_ordered_actor_declared_late_has_every_partition_consumed(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
     app: App = make_app()
     dramatiq.actor(actor_name="early", broker=app.broker)(lambda: None)
     start_worker(app)
@@ -66,9 +70,9 @@ def test_an_ordered_actor_declared_late_has_every_partition_consumed(make_app: A
     assert sorted(seen.wait_for(12)) == list(range(12))
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_an_actor_no_worker_of_the_process_will_consume_is_reported_when_declared(
-    make_app: Any, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
 ) -> None:
     app: App = make_app()
     dramatiq.actor(actor_name="early", broker=app.broker)(lambda: None)
@@ -88,9 +92,9 @@ def test_an_actor_no_worker_of_the_process_will_consume_is_reported_when_declare
     assert "--queues reports" in warnings[0]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_declaring_actors_with_no_worker_running_reports_nothing(
-    make_app: Any, caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, caplog: pytest.LogCaptureFixture
 ) -> None:
     app: App = make_app()
     with caplog.at_level(logging.WARNING):
@@ -99,8 +103,8 @@ def test_declaring_actors_with_no_worker_running_reports_nothing(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
-def test_an_actor_queue_counts_the_consumers_reading_it(make_app: Any, start_worker: Any) -> None:
+@only_on("rabbitmq")
+def test_an_actor_queue_counts_the_consumers_reading_it(make_app: MakeApp, start_worker: StartWorker) -> None:
     app: App = make_app()
     broker = app.broker
     assert isinstance(broker, ExchangeBroker)
@@ -125,9 +129,9 @@ def await_consumers(broker: ExchangeBroker, queue: str, count: int) -> None:
     assert broker.queue_consumers(queue) == count
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 def test_a_long_running_actor_declared_late_is_consumed_only_once_a_thread_is_free_for_it(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app: App = make_app()
     broker = app.broker
@@ -174,10 +178,10 @@ LATE_ACTOR_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+@only_on("rabbitmq")
 @pytest.mark.parametrize("where", list(LATE_ACTOR_OPTIONS))
 def test_a_late_actor_is_read_by_the_running_worker_soon_after_its_declaration(
-    make_app: Any, start_worker: Any, where: str
+    make_app: MakeApp, start_worker: StartWorker, where: str
 ) -> None:
     app: App = make_app()
     broker = app.broker

@@ -10,18 +10,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import dramatiq
-import pytest
 from dramatiq.middleware import CurrentMessage
 
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.naming import readers_queue
+from tests.backends import only_on
+from tests.fixtures import MakeApp, StartWorker
 
-pytestmark = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+pytestmark = only_on("rabbitmq")
 
 TIMEOUT_S = 30
 JOBS_PER_ACTOR = 4
@@ -62,7 +62,7 @@ class Jobs:
             assert self._changed.wait_for(done, TIMEOUT_S), f"timed out waiting for {what}: {self.started}"
 
 
-def long_running_app(make_app: Any, queue_names: dict[str, str]) -> tuple[App, ExchangeBroker, Jobs]:
+def long_running_app(make_app: MakeApp, queue_names: dict[str, str]) -> tuple[App, ExchangeBroker, Jobs]:
     """An app with one long-running actor per entry of ``queue_names`` (actor → its queue name), each
     sent JOBS_PER_ACTOR jobs before any worker runs."""
     app: App = make_app()
@@ -80,7 +80,7 @@ def long_running_app(make_app: Any, queue_names: dict[str, str]) -> tuple[App, E
 
 
 def test_a_process_takes_no_more_long_jobs_than_its_threads_across_its_queue_names(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app, broker, jobs = long_running_app(make_app, {"export": "long_running", "render": "renders"})
     queues = [broker.topology.actor_queues[name] for name in ("export", "render")]
@@ -105,7 +105,7 @@ def test_a_process_takes_no_more_long_jobs_than_its_threads_across_its_queue_nam
 
 
 def test_long_running_queues_of_one_queue_name_take_turns_and_no_job_is_handed_back_unstarted(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app, _, jobs = long_running_app(make_app, {"export": "long_running", "render": "long_running"})
 
@@ -122,7 +122,7 @@ def test_long_running_queues_of_one_queue_name_take_turns_and_no_job_is_handed_b
 
 
 def test_a_worker_whose_threads_all_run_long_jobs_still_counts_as_the_reader_of_their_queue(
-    make_app: Any, start_worker: Any
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
     app, broker, jobs = long_running_app(make_app, {"export": "long_running"})
     queue = broker.topology.actor_queues["export"]
@@ -140,7 +140,9 @@ def test_a_worker_whose_threads_all_run_long_jobs_still_counts_as_the_reader_of_
     await_consumers(broker, queue, 0)
 
 
-def test_a_reader_whose_readers_queue_is_deleted_announces_itself_again(make_app: Any, start_worker: Any) -> None:
+def test_a_reader_whose_readers_queue_is_deleted_announces_itself_again(
+    make_app: MakeApp, start_worker: StartWorker
+) -> None:
     app, broker, jobs = long_running_app(make_app, {"export": "long_running"})
     queue = broker.topology.actor_queues["export"]
     start_worker(app, threads=1)

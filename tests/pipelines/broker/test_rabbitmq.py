@@ -15,11 +15,14 @@ import pytest
 
 from pipelines import chain, step
 from pipelines.app import App, build_app
+from pipelines.broker import ExchangeBroker
 from pipelines.config import Settings
 from pipelines.errors import BrokerUnavailable, MessageTooLarge, StoreUnavailable
 from tests import housekeeping
+from tests.backends import Backend, only_on
+from tests.fixtures import MakeApp, Observe, StartWorker
 
-pytestmark = pytest.mark.parametrize("backend", ["rabbitmq"], indirect=True)
+pytestmark = only_on("rabbitmq")
 
 TIMEOUT_S = 30
 
@@ -37,9 +40,10 @@ def declare_two_actors(app: App) -> None:
 
 
 def test_startup_declares_exchanges_quorum_queues_and_bindings_and_redeclaring_changes_nothing(
-    make_app: Any,
+    make_app: MakeApp,
 ) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     declare_two_actors(app)
     ns = app.settings.namespace
 
@@ -93,9 +97,10 @@ def test_startup_declares_exchanges_quorum_queues_and_bindings_and_redeclaring_c
 
 
 def test_a_queue_deleted_under_a_running_producer_is_declared_again_on_the_next_publish(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
     observer = observe(app)
     dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
     app.broker.ensure_topology()
@@ -110,7 +115,7 @@ def test_a_queue_deleted_under_a_running_producer_is_declared_again_on_the_next_
 
 
 def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -126,9 +131,10 @@ def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
 
 
 def test_malformed_foreign_and_oversized_messages_are_dead_lettered_once_with_a_reason_and_valid_ones_still_run(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app(broker={"max_message_bytes": 4096})
+    assert isinstance(app.broker, ExchangeBroker)
     observer = observe(app)
     dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
     app.broker.ensure_topology()
@@ -165,7 +171,7 @@ def test_malformed_foreign_and_oversized_messages_are_dead_lettered_once_with_a_
     assert all(r.queue == queue and r.actor == "echo" for r in reasons.values())
 
 
-def test_a_message_over_the_size_limit_is_refused_before_publishing(make_app: Any) -> None:
+def test_a_message_over_the_size_limit_is_refused_before_publishing(make_app: MakeApp) -> None:
     app = make_app(broker={"max_message_bytes": 2000})
     dramatiq.actor(actor_name="store_blob", broker=app.broker)(lambda blob: None)
 
@@ -173,7 +179,7 @@ def test_a_message_over_the_size_limit_is_refused_before_publishing(make_app: An
         app.start(chain(step(app.broker.get_actor("store_blob"), "x" * 5000)))
 
 
-def test_an_unreachable_rabbitmq_or_redis_gives_an_error_naming_it_with_the_password_masked(backend: str) -> None:
+def test_an_unreachable_rabbitmq_or_redis_gives_an_error_naming_it_with_the_password_masked(backend: Backend) -> None:
     down = Settings.model_validate(
         {
             "namespace": "unreachable",
@@ -193,7 +199,7 @@ def test_an_unreachable_rabbitmq_or_redis_gives_an_error_naming_it_with_the_pass
     assert "s3cret" not in str(store.value) + str(rmq.value)
 
 
-def test_a_redis_database_the_server_does_not_have_is_named_not_a_traceback(backend: str) -> None:
+def test_a_redis_database_the_server_does_not_have_is_named_not_a_traceback(backend: Backend) -> None:
     settings = Settings.model_validate({"namespace": "nodb", "store": {"url": "redis://127.0.0.1:6379/999"}})
     store = build_app(settings).store
 
@@ -201,7 +207,7 @@ def test_a_redis_database_the_server_does_not_have_is_named_not_a_traceback(back
         store.get_run("any")
 
 
-def test_an_amqps_url_turns_on_tls(backend: str) -> None:
+def test_an_amqps_url_turns_on_tls(backend: Backend) -> None:
     settings = Settings.model_validate(
         {"namespace": "tls", "broker": {"url": "amqps://user:pw@rabbit.example:5671/%2F"}}
     )
@@ -213,7 +219,7 @@ def test_an_amqps_url_turns_on_tls(backend: str) -> None:
 
 
 def test_with_several_node_urls_a_node_that_does_not_answer_is_passed_over(
-    make_app: Any, start_worker: Any, backend: str
+    make_app: MakeApp, start_worker: StartWorker, backend: Backend
 ) -> None:
     down = "amqp://guest:s3cret@127.0.0.1:1/%2F"
     live = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -229,7 +235,7 @@ def test_with_several_node_urls_a_node_that_does_not_answer_is_passed_over(
         time.sleep(0.05)
 
 
-def test_when_no_node_answers_the_error_names_every_node_with_its_password_masked(backend: str) -> None:
+def test_when_no_node_answers_the_error_names_every_node_with_its_password_masked(backend: Backend) -> None:
     nodes = [f"amqp://guest:s3cret@127.0.0.1:{port}/%2F" for port in (1, 2)]
     app = build_app(
         Settings.model_validate(

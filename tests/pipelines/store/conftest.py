@@ -1,13 +1,13 @@
 """The store contract's backends and the runs its tests store.
 
-Every test that takes ``store`` runs once per backend in :data:`STORE_URLS`: the embedded store
-(``memory://``, no service) and the real Redis. A new backend joins by adding its ``store.url`` there
-(and to ``make_store``); the tests of every role then run on it.
+Every test that takes ``store`` runs once per store kind of the suite's store axis,
+``tests/backends.py``'s ``STORE_KINDS``: the embedded store (``memory://``, no service) and the real
+Redis. A new backend joins by adding its kind there (and its URL scheme to ``make_store``); the tests
+of every role then run on it.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -15,26 +15,19 @@ import pytest
 
 from pipelines.config import StoreConfig
 from pipelines.naming import run_id_for_key
-from pipelines.store import EMBEDDED_URL, NewRun, RedisRunStore, RunStore, make_store
+from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
+from tests.backends import STORE_KINDS
 from tests.housekeeping import fresh_namespace
 
-REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-#: Backend name (the test id) → the store.url that selects it.
-STORE_URLS = {"memory": EMBEDDED_URL, "redis": REDIS_URL}
-#: A Redis Cluster to run the contract on too (tests/cluster runs it on a cluster of its own).
-if os.environ.get("PIPELINES_TEST_REDIS_CLUSTER_URL"):
-    STORE_URLS["cluster"] = os.environ["PIPELINES_TEST_REDIS_CLUSTER_URL"]
-#: Backends that need the test services running.
-NEEDS_SERVICES = frozenset({"redis"})
 RETENTION_S = 3600
 
 NewChord = Callable[..., NewRun]
 
 
-@pytest.fixture(params=sorted(STORE_URLS))
+@pytest.fixture(params=sorted(STORE_KINDS))
 def store_backend(request: pytest.FixtureRequest) -> str:
-    """The name of the backend a contract test runs on (its test id)."""
-    if request.param in NEEDS_SERVICES:
+    """The name of the store kind a contract test runs on (its test id)."""
+    if STORE_KINDS[request.param].needs_services:
         request.getfixturevalue("services")
     return str(request.param)
 
@@ -48,7 +41,7 @@ def store_namespace() -> str:
 @pytest.fixture
 def store(store_backend: str, store_namespace: str) -> Iterator[RunStore]:
     """A store of ``store_backend`` in a namespace of its own, deleted afterwards."""
-    config = StoreConfig(url=STORE_URLS[store_backend], retention_s=RETENTION_S)
+    config = StoreConfig(url=STORE_KINDS[store_backend].url, retention_s=RETENTION_S)
     made = make_store(config, namespace=store_namespace)
     yield made
     if isinstance(made, RedisRunStore):

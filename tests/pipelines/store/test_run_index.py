@@ -13,9 +13,8 @@ from pipelines.errors import InvalidQuery
 from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, RunStore, embedded_store
 from pipelines.store.base import RunQuery
+from tests.backends import STORE_KINDS
 from tests.housekeeping import fresh_namespace
-
-from .conftest import STORE_URLS
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000
@@ -130,7 +129,7 @@ def test_the_index_drops_runs_created_more_than_a_retention_ago(store_backend: s
     if store_backend == "memory":
         short = embedded_store(namespace=namespace, retention_s=1)
     else:
-        short = RedisRunStore(url=STORE_URLS[store_backend], namespace=namespace, retention_s=1)
+        short = RedisRunStore(url=STORE_KINDS[store_backend].url, namespace=namespace, retention_s=1)
     assert isinstance(short, RedisRunStore)
     try:
         old = new_chord(1)

@@ -79,6 +79,28 @@ def test_an_expired_lease_lets_another_worker_take_the_step(store: RunSteps, new
     assert store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS).kind == "run"
 
 
+def test_a_step_names_the_worker_whose_claim_ran_its_latest_attempt_and_keeps_it_once_done(
+    store: RunStore, new_chord: NewChord
+) -> None:
+    run = new_chord(2)
+    store.create_run(run)
+
+    store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS, worker="web-1:41/Thread-1")
+    refused = store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS, worker="web-2:42/Thread-3")
+    after_refusal = store.get_run(run.run_id)
+    store.fail_step(run.run_id, "0.0.0", "ValueError: once", final=False)
+    store.claim_step(run.run_id, "0.0.0", attempt=2, lease_ms=LEASE_MS, worker="web-2:42/Thread-3")
+    store.complete_step(run.run_id, "0.0.0", member(0, 2), '"a"')
+    done = store.get_run(run.run_id)
+
+    assert refused.kind == "busy"
+    assert after_refusal is not None
+    assert after_refusal.steps[0].worker == "web-1:41/Thread-1"  # a duplicate's refused claim names no one
+    assert done is not None
+    assert (done.steps[0].state, done.steps[0].attempts, done.steps[0].worker) == ("succeeded", 2, "web-2:42/Thread-3")
+    assert done.steps[1].worker is None  # not claimed yet
+
+
 def test_the_barrier_counts_distinct_members_and_releases_the_callback_with_results_in_order(
     store: RunSteps, new_chord: NewChord
 ) -> None:

@@ -14,7 +14,8 @@ from pipelines.errors import StoreUnavailable
 from pipelines.naming import run_key
 from pipelines.store import RedisRunStore, StoreLifecycle
 from pipelines.store.scripting import _Failed
-from tests.pipelines.store.conftest import REDIS_URL, RETENTION_S, NewChord
+from tests.backends import REDIS_URL
+from tests.pipelines.store.conftest import RETENTION_S, NewChord
 
 
 def test_a_store_answers_a_ping_and_closes_more_than_once(store: StoreLifecycle) -> None:
