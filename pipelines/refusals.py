@@ -21,6 +21,7 @@ from typing import Any
 import dramatiq
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.errors import DefinitionError
 from pipelines.priority import refuse_broker_priority
 
@@ -41,6 +42,7 @@ def refuse_options(
 
     Raises:
         DefinitionError: Naming the option and what to use instead.
+        MalformedOption: ``time_limit`` or ``retries`` is not a number (``pipelines.wire_options``).
     """
     owner = f"Message to {message.actor_name or message.options.get(opt.EVENT_TOPIC)!r}"
     options: Mapping[str, Any] = message.options
@@ -58,12 +60,12 @@ def refuse_options(
                 f"ignored. Add it (app.broker.add_middleware({middleware.rsplit('.', 1)[1]}(backend=...))), or "
                 "start the actor as a run and read its result: app.start(step(actor, ...)).result()."
             )
-    limit_ms = options.get(opt.TIME_LIMIT)
+    limit_ms = wire_options.time_limit_ms(options)
     long_running = actor is not None and actor.options.get(opt.PROFILE) == "long_running"
-    retry = bool(options.get(opt.RETRIES))  # carries the limit its worker ran it with: not for here to refuse
-    if isinstance(limit_ms, int | float) and limit_ms / 1000 > consumer_timeout_s and not (long_running or retry):
+    retry = wire_options.retries(options) > 0  # carries the limit its worker ran it with: not for here to refuse
+    if limit_ms is not None and limit_ms / 1000 > consumer_timeout_s and not (long_running or retry):
         raise DefinitionError(
-            f"{owner}: time_limit={limit_ms!r} ms is longer than the broker's consumer timeout "
+            f"{owner}: time_limit={options[opt.TIME_LIMIT]!r} ms is longer than the broker's consumer timeout "
             f"({consumer_timeout_s:g} s, broker.consumer_timeout_s): RabbitMQ would close the channel and "
             "redeliver the message while it still runs. Keep it shorter, or send it to a profile='long_running' "
             "actor."

@@ -17,6 +17,7 @@ from dramatiq.results.backends import RedisBackend
 
 from pipelines import step
 from pipelines.errors import DefinitionError
+from pipelines.wire_options import MalformedOption
 from tests.backends import REDIS_URL, only_on
 from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.recording import TIMEOUT_S, Recorded
@@ -232,6 +233,18 @@ def test_a_message_option_that_could_not_work_here_is_refused_at_send_with_what_
     plain = dramatiq.actor(actor_name="plain", broker=app.broker)(lambda: None)
 
     with pytest.raises(DefinitionError, match=error):
+        plain.send_with_options(**options)
+
+
+@pytest.mark.parametrize(("name", "value"), [("time_limit", "an hour"), ("retries", "two")])
+def test_a_time_limit_or_retries_option_that_is_not_a_number_is_refused_at_send_naming_it(
+    make_app: MakeApp, name: str, value: str
+) -> None:
+    app = make_app()
+    plain = dramatiq.actor(actor_name="plain", broker=app.broker)(lambda: None)
+    options: dict[str, Any] = {name: value}
+
+    with pytest.raises(MalformedOption, match=rf"option '{name}' is '{value}', expected a"):
         plain.send_with_options(**options)
 
 
