@@ -6,7 +6,11 @@ Each read looks at the queues' depths first (a passive declaration reads a quoru
 writing to its log, as an empty ``basic.get`` would), takes at most one message from each queue
 while slots last, and starts from the queue after the one served last, so that no queue starves
 another. A consumer reads at once when a slot is freed anywhere in the process or a queue is added,
-and every ``POLL_INTERVAL_S`` otherwise (a job sent to an idle worker waits at most that long).
+and every ``POLL_INTERVAL_S`` otherwise (a job sent to an idle worker waits at most that long), and
+never while the window is full. This is the project's one polling loop, because no subscription can
+do it: prefetch is per consumer, and the one limit shared by consumers, global QoS, is per channel and
+refused by quorum queues. Its idle cost is one passive declaration per queue per ``POLL_INTERVAL_S``
+(2 requests per second per long-running queue per worker process).
 
 Read this way, a long-running queue has no consumer in RabbitMQ's eyes; so the consumer also
 subscribes to the queue's readers queue (:func:`~pipelines.naming.readers_queue`), which holds
