@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pipelines.middleware.dead_letter import DeadLetter
     from pipelines.middleware.idempotency import Idempotency
     from pipelines.middleware.leases import Leases
+    from pipelines.middleware.max_age import MaxAge
     from pipelines.middleware.metrics import Metrics
     from pipelines.middleware.payloads import Payloads
     from pipelines.middleware.pipeline_steps import PipelineSteps
@@ -33,6 +34,7 @@ __all__ = [
     "DeadLetter",
     "Idempotency",
     "Leases",
+    "MaxAge",
     "Metrics",
     "Payloads",
     "PipelineSteps",
@@ -53,6 +55,7 @@ _EXPORTS = {
     "DeadLetter": "pipelines.middleware.dead_letter",
     "Idempotency": "pipelines.middleware.idempotency",
     "Leases": "pipelines.middleware.leases",
+    "MaxAge": "pipelines.middleware.max_age",
     "Metrics": "pipelines.middleware.metrics",
     "Payloads": "pipelines.middleware.payloads",
     "PipelineSteps": "pipelines.middleware.pipeline_steps",

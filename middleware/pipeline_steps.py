@@ -40,6 +40,7 @@ from pipelines.errors import (
     ServiceUnavailable,
     error_name,
 )
+from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
 from pipelines.recording import carry, record_within_lease
@@ -137,6 +138,14 @@ class PipelineSteps(Middleware):
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
             fail_message(message, "could not advance the run")
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        # A step past its max_age never reached its claim (``MaxAge`` comes first): its run fails here,
+        # naming it, rather than waiting for a step that will not run.
+        address = StepAddress.of(message)
+        outcome = outcome_of(message)
+        if address is not None and outcome.failure == MAX_AGE_EXCEEDED and outcome.failure_error is not None:
+            self.runtime.fail(message, address, outcome.failure_error, final=True)
 
     def after_process_message(
         self,

@@ -348,6 +348,7 @@ def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) 
         limiter=RateLimiter(store),
         warn_bytes=settings.broker.warn_message_bytes,
         large_policy=settings.broker.large_message_policy,
+        consumer_timeout_s=settings.broker.consumer_timeout_s,
     )
     broker = make_broker(
         settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware, marks=store

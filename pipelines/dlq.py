@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import dramatiq
+from dramatiq.common import current_millis
 
 from pipelines import naming
 from pipelines import options as opt
@@ -146,6 +147,7 @@ class DeadLetterQueues:
         replayed: dramatiq.Message[Any] = dramatiq.Message(
             **{
                 **letter.message.asdict(),
+                "message_timestamp": current_millis(),  # a new send: its max_age counts from now
                 "options": {
                     **{k: v for k, v in letter.message.options.items() if k not in (opt.TRACEBACK, opt.ETA)},
                     opt.RETRIES: 0,

@@ -15,6 +15,7 @@ PipelinesError
 │   ├── MessageTooLarge    its body is over broker.max_message_bytes
 │   └── QueueFull          a queue at its max_length refused it
 ├── ResultTooLarge         a step returned more than store.max_result_bytes
+├── MaxAgeExceeded         a message waited past its max_age (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
@@ -118,6 +119,10 @@ class InvalidQuery(PipelinesError):
 
 class ResultTooLarge(PipelinesError):
     """A step returned a result larger than ``store.max_result_bytes``."""
+
+
+class MaxAgeExceeded(PipelinesError):
+    """A message was older than its ``max_age`` when a worker took it: dead-lettered instead of run."""
 
 
 class DeadLetterError(PipelinesError):

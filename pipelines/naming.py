@@ -70,6 +70,12 @@ def dead_letter_queue(queue: str) -> str:
     return f"{queue}.dead"
 
 
+def readers_queue(queue: str) -> str:
+    """A queue that never holds a message: each worker reading long-running queue ``queue`` (which it
+    polls, so RabbitMQ counts no consumer on it) subscribes to it, so its consumers are the readers."""
+    return f"{queue}.readers"
+
+
 def partition_queue(queue: str, partition: int) -> str:
     """The queue of one partition of an ordered actor's queue."""
     return f"{queue}.p{partition}"

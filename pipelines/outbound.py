@@ -18,7 +18,7 @@ Then the broker encodes it, and :meth:`Outbound.check_body` applies the size pol
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import dramatiq
@@ -28,9 +28,9 @@ from pipelines import options as opt
 from pipelines.delivery import resolve
 from pipelines.errors import MessageTooLarge
 from pipelines.payloads import check_arguments, payload_model, to_wire
-from pipelines.priority import refuse_broker_priority
 from pipelines.profiles import ordering_key, partition_for
 from pipelines.rate_limits import RateLimiter, actor_key, parse_rate
+from pipelines.refusals import refuse_options
 from pipelines.routing import route_of, topic_matches
 from pipelines.sealing import Sealer, encrypts, has_sealed
 
@@ -49,29 +49,41 @@ class Outbound:
         limiter: RateLimiter | None = None,
         warn_bytes: int | None = None,
         large_policy: Literal["warn", "error"] = "warn",
+        consumer_timeout_s: float = float("inf"),
     ) -> None:
         self.sealer = sealer
+        self.consumer_timeout_s = consumer_timeout_s
+        """RabbitMQ's consumer timeout: no message's time limit may exceed it (see ``pipelines.refusals``)."""
         self.limiter = limiter
         self.warn_bytes = warn_bytes
         self.large_policy = large_policy
         self._warned: set[str] = set()
 
     def prepare(
-        self, actors: Actors, messages: Sequence[dramatiq.Message[Any]], delay: int | None = None
+        self,
+        actors: Actors,
+        messages: Sequence[dramatiq.Message[Any]],
+        delay: int | None = None,
+        *,
+        accepted: Collection[str] = (),
     ) -> list[tuple[dramatiq.Message[Any], int | None]]:
-        """Each message to publish with its delay in ms (see the module docstring).
+        """Each message to publish with its delay in ms (see the module docstring); ``accepted`` are the
+        options the broker's middleware read.
 
         Raises:
             InvalidPayload: A typed actor's arguments do not validate.
-            DefinitionError: An ordering key cannot be taken from the arguments.
+            DefinitionError: An ordering key cannot be taken from the arguments, or an option could not
+                work here (``pipelines.refusals``).
         """
-        prepared = [self._prepare_one(actors, m) for original in messages for m in _split(actors, original)]
+        prepared = [self._prepare_one(actors, m, accepted) for original in messages for m in _split(actors, original)]
         delays = self._delays(actors, prepared, delay)  # stamps each paced message with its slot
         return list(zip(prepared, delays, strict=True))
 
-    def _prepare_one(self, actors: Actors, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
-        refuse_broker_priority(message.options, f"Message to {message.actor_name!r}")
+    def _prepare_one(
+        self, actors: Actors, message: dramatiq.Message[Any], accepted: Collection[str]
+    ) -> dramatiq.Message[Any]:
         actor = actors.get(message.actor_name) if message.actor_name else None
+        refuse_options(message, actor, accepted=accepted, consumer_timeout_s=self.consumer_timeout_s)
         if actor is None:
             topic = message.options.get(opt.EVENT_TOPIC)
             if topic is not None:

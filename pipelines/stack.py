@@ -7,7 +7,7 @@ module stays short enough to read in one sitting.
 from __future__ import annotations
 
 import dramatiq
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications
+from dramatiq.middleware import Callbacks, Pipelines, ShutdownNotifications
 from opentelemetry import trace
 from periodiq import PeriodiqMiddleware
 
@@ -20,6 +20,7 @@ from pipelines.middleware import (
     DeadLetter,
     Idempotency,
     Leases,
+    MaxAge,
     Metrics,
     Payloads,
     PipelineSteps,
@@ -58,6 +59,8 @@ def build_middleware(
       every publish made while a message is processed is a child of that message's span.
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
+    - ``MaxAge`` (Dramatiq's ``AgeLimit`` with a reason) comes before anything claims or decides about
+      a message: one past its age is only dead-lettered (and a step's run failed, by ``PipelineSteps``).
     - ``Timeout`` comes before ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``), which enforces the limit
       it sets.
     - ``ActorTimeLimit`` is last: it arms the limit when the actor's function starts and disarms it
@@ -98,7 +101,7 @@ def build_middleware(
         Profiles(config=settings.profiles),
         CorrelationId(logging=settings.logging),
         *observing,
-        AgeLimit(),
+        MaxAge(),
         Timeout(default_s=settings.worker.time_limit_s, consumer_timeout_s=settings.broker.consumer_timeout_s),
         ShutdownNotifications(),
         Callbacks(),

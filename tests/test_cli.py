@@ -161,11 +161,20 @@ def test_cancel_reports_a_run_that_already_ended(env: dict[str, str]) -> None:
     assert "had already ended (succeeded); nothing to cancel" in result.stdout
 
 
+def every_queue_read(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`pipelines queues` once the worker of ``env`` reads every actor queue (it may still be starting)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    queues = pipelines(env, "queues")
+    while "no consumer" in queues.stdout and time.monotonic() < deadline:
+        queues = pipelines(env, "queues")
+    return queues
+
+
 def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str]) -> None:
     namespace = env["PIPELINES_NAMESPACE"]
 
+    queues = every_queue_read(env)
     topology = pipelines(env, "topology")
-    queues = pipelines(env, "queues")
 
     assert topology.returncode == 0, topology.stderr
     assert f"{namespace}.work" in topology.stdout
@@ -187,18 +196,28 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert re.search(r"QUEUE\s+ROLE\s+MESSAGES", queues.stdout)
     assert queues.returncode == 0, queues.stderr
     assert re.search(rf"{namespace}\.orders\.charge_payment\.dead\s+dead-letter\s+0", queues.stdout)
+    # The worker reads every actor queue, the long-running one (which it polls) included.
+    assert re.search(rf"{namespace}\.long_running\.export_orders\s+actor\s+\d+\s*$", queues.stdout, re.MULTILINE)
+    assert "no consumer" not in queues.stdout
+    assert "no consumer" not in topology.stdout
 
 
-def test_queues_marks_actor_queues_that_no_worker_reads(namespaces: Callable[[], str]) -> None:
+def test_queues_and_topology_mark_actor_queues_that_no_worker_reads(namespaces: Callable[[], str]) -> None:
     env = environment(namespaces())
     started = pipelines(env, "run", "shard_report", "--arg", "day=2026-01-01", "--arg", "shards=2")
 
     queues = pipelines(env, "queues")
+    topology = pipelines(env, "topology")
 
+    namespace = env["PIPELINES_NAMESPACE"]
     assert started.returncode == 0, started.stderr
     assert queues.returncode == 0, queues.stderr
-    assert re.search(rf"{env['PIPELINES_NAMESPACE']}\.orders\.charge_payment\s+actor\s+0\s+no consumer", queues.stdout)
+    assert re.search(rf"{namespace}\.orders\.charge_payment\s+actor\s+0\s+no consumer", queues.stdout)
+    assert re.search(rf"{namespace}\.long_running\.export_orders\s+actor\s+0\s+no consumer", queues.stdout)
     assert not re.search(r"(dead-letter|delay).*no consumer", queues.stdout)
+    assert topology.returncode == 0, topology.stderr
+    assert re.search(rf"{namespace}\.orders\.charge_payment\s+actor\s+quorum\s+no consumer", topology.stdout)
+    assert not re.search(r"(dead-letter|delay).*no consumer", topology.stdout)
 
 
 def test_config_prints_the_effective_values_with_the_password_masked(services: None) -> None:
@@ -504,6 +523,7 @@ def test_a_closed_pipe_ends_the_command_quietly(env: dict[str, str]) -> None:
 
 
 def test_queues_and_topology_print_json_too(env: dict[str, str]) -> None:
+    every_queue_read(env)
     queues = json.loads(pipelines(env, "queues", "--json").stdout)
     topology = json.loads(pipelines(env, "topology", "--json").stdout)
     config = json.loads(pipelines(env, "config", "--json").stdout)
@@ -511,6 +531,7 @@ def test_queues_and_topology_print_json_too(env: dict[str, str]) -> None:
     namespace = env["PIPELINES_NAMESPACE"]
     dead = next(queue for queue in queues if queue["name"] == f"{namespace}.orders.charge_payment.dead")
     assert (dead["role"], type(dead["messages"])) == ("dead-letter", int)
+    assert [queue["no_consumer"] for queue in topology["queues"]] == [False] * len(topology["queues"])
     assert topology["namespace"] == namespace
     assert "order_fulfilment" in topology["pipelines"]
     assert {"name": f"{namespace}.work", "type": "topic"} in topology["exchanges"]

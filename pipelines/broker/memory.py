@@ -169,12 +169,12 @@ class MemoryBroker(HookDispatch, StubBroker):
         # sealed, rate-limited) when first published, so it goes straight back to its queue.
         due = [m for m in messages if m.options.get(opt.DUE)]
         if not due:
-            return self.outbound.prepare(self.actors, messages, delay)
+            return self.outbound.prepare(self.actors, messages, delay, accepted=self.actor_options)
         fresh = [m for m in messages if not m.options.get(opt.DUE)]
         back: list[tuple[dramatiq.Message[Any], int | None]] = [
             (dramatiq.Message(**{**m.asdict(), "options": _without(m.options, opt.DUE)}), None) for m in due
         ]
-        return [*self.outbound.prepare(self.actors, fresh, delay), *back]
+        return [*self.outbound.prepare(self.actors, fresh, delay, accepted=self.actor_options), *back]
 
     def _dead_letter_entries(self, queue: str) -> list[tuple[list[Any], int, RawDeadLetter]]:
         """The dead letters of ``queue``, each with the list it is kept in and its place there: the worker's

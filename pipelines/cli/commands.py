@@ -16,7 +16,9 @@ from pipelines.errors import PipelinesError
 
 if TYPE_CHECKING:
     from pipelines.app import App
+    from pipelines.broker import ExchangeBroker
     from pipelines.store.base import RunStatus
+    from pipelines.topology import Queue
 
 
 class UsageError(PipelinesError):
@@ -132,10 +134,33 @@ def publish(app: App, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _unread(broker: ExchangeBroker, queue: Queue) -> bool:
+    """An actor queue that no worker reads now (no worker runs, or only workers for other ``--queues``):
+    its messages wait. A queue not declared yet is not marked (``pipelines queues`` says ``missing``)."""
+    return queue.role == "actor" and broker.queue_consumers(queue.name) == 0
+
+
+def _unread_queues(app: App) -> set[str] | None:
+    """The actor queues no worker reads now, or None when that cannot be known (the embedded broker, or
+    RabbitMQ not answering: then said on stderr, and the topology is shown without it)."""
+    from pipelines.broker import ExchangeBroker
+    from pipelines.errors import BrokerUnavailable
+
+    broker = app.broker
+    if not isinstance(broker, ExchangeBroker):
+        return None
+    try:
+        return {queue.name for queue in broker.topology.queues if _unread(broker, queue)}
+    except BrokerUnavailable as e:
+        print(f"pipelines: which queues have no consumer is not shown: {e}", file=sys.stderr)
+        return None
+
+
 def topology(app: App, args: argparse.Namespace, out: Output) -> int:
     from pipelines.profiles import profile_of, summary
 
     declared = app.broker.topology
+    unread = _unread_queues(app)
     actors: list[dict[str, Any]] = []
     for actor_name in sorted(declared.actor_queues):
         actor = app.broker.get_actor(actor_name)
@@ -154,7 +179,13 @@ def topology(app: App, args: argparse.Namespace, out: Output) -> int:
         "exchanges": [{"name": e.name, "type": e.type} for e in declared.exchanges],
         "actors": actors,
         "queues": [
-            {"name": q.name, "role": q.role, "type": q.arguments.get("x-queue-type", "")} for q in declared.queues
+            {
+                "name": q.name,
+                "role": q.role,
+                "type": q.arguments.get("x-queue-type", ""),
+                "no_consumer": None if unread is None else q.name in unread,
+            }
+            for q in declared.queues
         ],
         "bindings": [
             {"exchange": b.exchange, "queue": b.queue, "routing_key": b.routing_key, "arguments": b.arguments}
@@ -175,7 +206,11 @@ def topology(app: App, args: argparse.Namespace, out: Output) -> int:
         )
         rows.append([entry["name"], entry["profile"], entry["queue_name"], where, entry["summary"]])
     out.table(["ACTOR", "PROFILE", "QUEUE", "CONSUMES", "DECLARED"], rows, title="actors")
-    out.table(["QUEUE", "ROLE", "TYPE"], [[q["name"], q["role"], q["type"]] for q in data["queues"]], title="queues")
+    queue_rows: list[list[str | Text]] = [
+        [q["name"], q["role"], q["type"], Text("no consumer" if q["no_consumer"] else "", "yellow")]
+        for q in data["queues"]
+    ]
+    out.table(["QUEUE", "ROLE", "TYPE", "NOTE"], queue_rows, title="queues")
     bindings = [
         [b["exchange"], "->", b["queue"], b["routing_key"] or ", ".join(f"{k}={v}" for k, v in b["arguments"].items())]
         for b in data["bindings"]
@@ -203,8 +238,7 @@ def queues(app: App, args: argparse.Namespace, out: Output) -> int:
     found: list[dict[str, Any]] = []
     for queue in broker.topology.queues:
         count = broker.queue_depth(queue.name)
-        # An actor queue nobody reads: its messages wait (no worker, or workers for other --queues).
-        unread = queue.role == "actor" and count is not None and broker.queue_consumers(queue.name) == 0
+        unread = count is not None and _unread(broker, queue)
         found.append({"name": queue.name, "role": queue.role, "messages": count, "no_consumer": unread})
     if args.json:
         out.json(found)

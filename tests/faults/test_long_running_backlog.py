@@ -1,8 +1,22 @@
 """A backlog of long-running jobs on a node whose consumer timeout is shorter than a job.
 
-The node is the test's own (``own_rabbit``): consumer timeout CONSUMER_TIMEOUT_MS, checked every second.
+The node is the test's own (``own_rabbit``): consumer timeout CONSUMER_TIMEOUT_S, checked every second.
 A delivery a worker held unacknowledged behind a busy thread for longer would have its channel closed
 by the node and come back, and the copy held would run as well.
+
+The sizes are kept small for the suite (about 45 s for the backlog, 15 s for the shutdown, 30 s for the
+node's boot); the environment sets others, for a run by hand at the sizes of issue 17 (about 4 min):
+
+    BACKLOG_CONSUMER_TIMEOUT_S=10 BACKLOG_JOB_S=20 BACKLOG_JOBS=6 \
+        .venv/bin/pytest -s tests/faults/test_long_running_backlog.py
+
+- ``BACKLOG_CONSUMER_TIMEOUT_S``: the node's ``consumer_timeout`` and ``broker.consumer_timeout_s`` (4).
+- ``BACKLOG_JOB_S``: how long each job runs, longer than the timeout and its check (6).
+- ``BACKLOG_JOBS``: jobs sent as plain messages, and as many sent as runs (6).
+
+Each test prints its figures (``-s`` shows them): starts per job, channels the node closed for a late
+acknowledgement (its log), consumer errors and lost leases (the workers' log), and the queue's
+(ready, unacknowledged) counts sampled while a worker shuts down.
 """
 
 from __future__ import annotations
@@ -34,11 +48,12 @@ from backlog_worker import declare  # noqa: E402
 from own_rabbit import OwnRabbit  # noqa: E402
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-CONSUMER_TIMEOUT_MS = 4000
+CONSUMER_TIMEOUT_S = int(os.environ.get("BACKLOG_CONSUMER_TIMEOUT_S", "4"))
 #: Longer than the consumer timeout and its check: a delivery held behind a job would time out.
-JOB_S = 6.0
-JOBS = 6
-SETTLE_TIMEOUT_S = 150
+JOB_S = float(os.environ.get("BACKLOG_JOB_S", "6"))
+JOBS = int(os.environ.get("BACKLOG_JOBS", "6"))
+#: Two worker processes of one thread each run the 2 * JOBS jobs in about JOBS * JOB_S.
+SETTLE_TIMEOUT_S = 150 + 3 * JOBS * JOB_S
 #: What the node logs when it closes a channel for a delivery left unacknowledged too long.
 ACK_TIMEOUT = re.compile(r"delivery acknowledgement on channel \d+ timed out")
 
@@ -47,7 +62,7 @@ ACK_TIMEOUT = re.compile(r"delivery acknowledgement on channel \d+ timed out")
 def own_rabbit() -> Iterator[OwnRabbit]:
     if os.geteuid() != 0:
         pytest.fail("this test starts its own RabbitMQ node as the rabbitmq user: run it as root", pytrace=False)
-    node = OwnRabbit(consumer_timeout_ms=CONSUMER_TIMEOUT_MS)
+    node = OwnRabbit(consumer_timeout_ms=CONSUMER_TIMEOUT_S * 1000)
     try:
         node.start()
         yield node
@@ -63,7 +78,7 @@ class Backlog:
         self.namespace = fresh_namespace()
         values: dict[str, Any] = {
             "namespace": self.namespace,
-            "broker": {"url": node.url, "consumer_timeout_s": CONSUMER_TIMEOUT_MS // 1000},
+            "broker": {"url": node.url, "consumer_timeout_s": CONSUMER_TIMEOUT_S},
             "store": {"url": REDIS_URL},
             "logging": {"format": "text", "level": "WARNING"},
         }
@@ -74,7 +89,7 @@ class Backlog:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
             "PIPELINES_NAMESPACE": self.namespace,
             "PIPELINES_BROKER__URL": node.url,
-            "PIPELINES_BROKER__CONSUMER_TIMEOUT_S": str(CONSUMER_TIMEOUT_MS // 1000),
+            "PIPELINES_BROKER__CONSUMER_TIMEOUT_S": str(CONSUMER_TIMEOUT_S),
             "PIPELINES_STORE__URL": REDIS_URL,
             "PIPELINES_LOGGING__FORMAT": "text",
             "PIPELINES_LOGGING__LEVEL": "WARNING",
@@ -147,6 +162,7 @@ def backlog(own_rabbit: OwnRabbit, services: None, tmp_path: Path) -> Iterator[B
         scenario.close()
 
 
+@pytest.mark.timeout(SETTLE_TIMEOUT_S + 120)
 def test_a_backlog_of_long_jobs_starts_each_once_and_no_channel_is_closed(backlog: Backlog) -> None:
     closures_before = len(ACK_TIMEOUT.findall(backlog.node.log()))
     for n in range(JOBS):
@@ -163,7 +179,7 @@ def test_a_backlog_of_long_jobs_starts_each_once_and_no_channel_is_closed(backlo
 
     figures = backlog.figures()
     figures["channel_closures_node_log"] -= closures_before
-    print(f"\n{JOBS} plain + {JOBS} run jobs of {JOB_S:g} s, consumer timeout {CONSUMER_TIMEOUT_MS} ms: {figures}")
+    print(f"\n{JOBS} plain + {JOBS} run jobs of {JOB_S:g} s, consumer timeout {CONSUMER_TIMEOUT_S} s: {figures}")
     assert figures["starts"] == {f"{kind}-{n}": 1 for kind in ("message", "run") for n in range(JOBS)}
     assert figures["channel_closures_node_log"] == 0
     assert figures["consumer_errors_worker_log"] == 0
@@ -171,6 +187,7 @@ def test_a_backlog_of_long_jobs_starts_each_once_and_no_channel_is_closed(backlo
     assert all(run.status().state == "succeeded" for run in runs)
 
 
+@pytest.mark.timeout(SETTLE_TIMEOUT_S + 120)
 def test_on_sigterm_a_long_running_worker_holds_nothing_unacknowledged(backlog: Backlog) -> None:
     closures_before = len(ACK_TIMEOUT.findall(backlog.node.log()))
     for n in range(3):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from pipelines.app import App
 from pipelines.errors import InvalidActorOption
+from tests.backends import Backend
 from tests.fixtures import MakeApp, Observe, Observer, StartWorker
 
 TIMEOUT_S = 30
@@ -102,24 +104,46 @@ def test_on_retry_exhausted_given_on_a_message_and_refused_errors_are_not_report
     assert message["args"] == ["connection"]
 
 
+class RetryDelays(dramatiq.Middleware):
+    """The delay (ms) of every retry enqueued, by actor (not its re-enqueue when due, in memory)."""
+
+    def __init__(self) -> None:
+        self.delays: dict[str, list[int]] = {}
+
+    def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        if int(message.options.get("retries", 0)) > 0 and delay is not None:
+            self.delays.setdefault(message.actor_name, []).append(int(delay or 0))
+
+
 def test_zero_backoffs_are_accepted_and_retry_at_the_shortest_delay(
-    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, backend: Backend
 ) -> None:
     app = make_app()
     observer = observe(app)
-    attempts: list[int] = []
+    retries = RetryDelays()
+    app.broker.add_middleware(retries)
+    attempts: list[float] = []
 
     @dramatiq.actor(broker=app.broker, max_retries=2, min_backoff=0, max_backoff=0)
     def eager() -> None:
-        attempts.append(1)
+        attempts.append(time.monotonic())
         raise ConnectionError("again")
 
     start_worker(app)
     eager.send()
+    observer.wait_dead_lettered("eager", 1)
     eager.send_with_options(min_backoff=0, max_backoff=0, max_retries=0)
     observer.wait_dead_lettered("eager", 2)
 
     assert len(attempts) == 3 + 1
+    # Each retry waits the least there is: 1 ms, which RabbitMQ holds in its shortest delay tier.
+    assert retries.delays == {"eager": [1, 1]}
+    if backend.broker == "rabbitmq":
+        topology = app.broker.topology
+        assert topology.delay_tier_for(1) == topology.delay_tiers_ms[0]
+        # And never less: each retry ran at least that tier after the attempt before it.
+        gaps_ms = [1000 * (later - earlier) for earlier, later in itertools.pairwise(attempts[:3])]
+        assert min(gaps_ms) >= topology.delay_tiers_ms[0], gaps_ms
 
 
 @pytest.mark.parametrize(

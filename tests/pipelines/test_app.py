@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dramatiq.middleware import AgeLimit, Callbacks, Pipelines, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import Callbacks, Pipelines, ShutdownNotifications, TimeLimit
 from periodiq import PeriodiqMiddleware
 
 from pipelines.app import build_app
@@ -13,6 +13,7 @@ from pipelines.middleware import (
     DeadLetter,
     Idempotency,
     Leases,
+    MaxAge,
     Metrics,
     Payloads,
     PipelineSteps,
@@ -39,7 +40,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
     assert order == [
         Profiles,
         CorrelationId,
-        AgeLimit,
+        MaxAge,
         Timeout,
         ShutdownNotifications,
         Callbacks,
@@ -77,7 +78,7 @@ def test_tracing_and_metrics_come_right_after_the_correlation_id_when_enabled() 
     app = build_app(settings)
     order = [type(m) for m in app.broker.middleware]
 
-    assert order[:5] == [Profiles, CorrelationId, Tracing, Metrics, AgeLimit]
+    assert order[:5] == [Profiles, CorrelationId, Tracing, Metrics, MaxAge]
     assert app.runtime.tracer is not None
     assert any(isinstance(listener, Metrics) for listener in app.runtime.listeners)
     app.close()

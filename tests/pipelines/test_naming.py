@@ -24,7 +24,7 @@ def amqp_names(namespace: str) -> set[str]:
     }
     for queue_name, actor_name in itertools.product(QUEUE_NAMES, ACTOR_NAMES):
         queue = naming.actor_queue(namespace, queue_name, actor_name)
-        names |= {queue, naming.dead_letter_queue(queue)}
+        names |= {queue, naming.dead_letter_queue(queue), naming.readers_queue(queue)}
     names |= {naming.delay_queue(namespace, tier) for tier in (100, 1000, 30_000)}
     return names
 
@@ -64,6 +64,7 @@ def test_two_namespaces_never_share_a_name(first: str, second: str) -> None:
         (naming.delay_exchange("prod"), "prod.delay"),
         (naming.actor_queue("prod", "default", "charge"), "prod.default.charge"),
         (naming.dead_letter_queue("prod.default.charge"), "prod.default.charge.dead"),
+        (naming.readers_queue("prod.long_running.export"), "prod.long_running.export.readers"),
         (naming.delay_queue("prod", 1500), "prod.delay.1500ms"),
         (naming.actor_binding_key("charge"), "#.charge.#"),
         (naming.run_key("prod", "abc"), "prod:run:{abc}"),

@@ -24,7 +24,7 @@ from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.broker.rabbitmq.confirms import Outgoing
 from pipelines.broker.rabbitmq.connections import Connections, dramatiq_error, node_parameters
-from pipelines.broker.rabbitmq.consuming import GroupConsumer
+from pipelines.broker.rabbitmq.consuming import Consumption, GroupConsumer
 from pipelines.broker.rabbitmq.dead_letter_marks import DeadLetterMarks
 from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
@@ -36,7 +36,7 @@ from pipelines.codec import encode_message, warn_custom_encoder
 from pipelines.config import BrokerConfig
 from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionError
-from pipelines.naming import dead_letter_queue
+from pipelines.naming import dead_letter_queue, readers_queue
 from pipelines.outbound import Outbound
 from pipelines.routing import route_of
 from pipelines.store.roles import OnceMarks
@@ -79,8 +79,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self._dead_letters = RabbitDeadLetters(
             connections=connections, declarer=self._declarer, publishing=self._publishing, ensure=self.ensure_topology
         )
-        self._windows: dict[str, LongRunningWindow] = {}
-        """Each Dramatiq queue name's long-running window; it outlives consumers that reconnect."""
+        self._window = LongRunningWindow(capacity=1, on_free=self._wake_readers)
+        """The process's long-running window, shared by every consumer; it outlives consumers that reconnect."""
 
     @property
     def publish_count(self) -> int:
@@ -96,10 +96,9 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         with self._consumers_lock:
             consumers = [c for c in self._consumers if c.queue_name == actor.queue_name]
             if consumers:
-                queues, one_at_a_time = self._actor_queues(actor.queue_name, only=actor.actor_name)
-                self._window(actor.queue_name, queues)  # a late long-running actor joins the window
+                queues = self._actor_queues(actor.queue_name, only=actor.actor_name)
                 for consumer in consumers:
-                    consumer.add_queues(queues, one_at_a_time)
+                    consumer.add_queues(queues)
         self._workers.warn_unconsumed(actor)
 
     def declare_queue(self, queue_name: str, *, ensure: bool = False) -> None:
@@ -122,6 +121,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self._check_access()
             warn_custom_encoder()
             self._workers.add(args[0])
+            self._window.stopping = False  # a worker started again in this process takes jobs again
         elif signal == "worker_shutdown":
             self._workers.discard(args[0])
         super().emit_before(signal, *args, **kwargs)
@@ -131,11 +131,8 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def _stop_consuming(self, worker: dramatiq.Worker) -> None:
         """Before the worker stops its threads: take nothing more, and return what no thread started yet
         (Dramatiq stops its consumers only after the threads, while running jobs end)."""
-        for window in self._windows.values():
-            window.stopping = True
-        with self._consumers_lock:
-            consumers = list(self._consumers)
-        for consumer in consumers:
+        self._window.stopping = True
+        for consumer in self._running_consumers():
             consumer.wake()
         while True:
             try:
@@ -165,8 +162,9 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self._declarer.forget()
 
     def delete_topology(self) -> None:
-        """Delete every queue and exchange of this namespace (tests and decommissioning)."""
-        self._declarer.delete(self.topology)
+        """Delete every queue and exchange of this namespace (tests and decommissioning), the readers
+        queues of its long-running queues included (see ``polling``)."""
+        self._declarer.delete(self.topology, also=sorted(map(readers_queue, self._long_running_queues())))
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -189,7 +187,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         topology = self.topology
         sent: list[tuple[dramatiq.Message[Any], int | None]] = []
         batch: list[Outgoing] = []
-        for prepared, wait in self.outbound.prepare(self.actors, messages, delay):
+        for prepared, wait in self.outbound.prepare(self.actors, messages, delay, accepted=self.actor_options):
             message = prepared
             headers = None
             route = route_of(message)
@@ -246,15 +244,12 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             self.ensure_topology()
         except BrokerUnavailable as e:
             raise dramatiq_error(ConnectionFailed, str(e)) from None  # one line, then Dramatiq retries
-        with self._consumers_lock:
-            window = self._window(queue_name, {})
-        consumer = GroupConsumer(self, queue_name, self.config.prefetch or prefetch, timeout, window=window)
+        self._window.capacity = max(1, self._workers.threads())
+        consumer = GroupConsumer(self, queue_name, self.config.prefetch or prefetch, timeout, window=self._window)
         # Registered and given its queues at once, so an actor declared meanwhile is in one or the other.
         with self._consumers_lock:
             self._consumers.add(consumer)
-            queues, one_at_a_time = self._actor_queues(queue_name)
-            self._window(queue_name, queues)  # its long-running queues are in the window before it takes them
-            consumer.add_queues(queues, one_at_a_time, wake=False)
+            consumer.add_queues(self._actor_queues(queue_name), wake=False)
         try:
             consumer.subscribe_pending()
         except BaseException:
@@ -262,33 +257,31 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
             raise
         return consumer
 
-    def _actor_queues(self, queue_name: str, *, only: str | None = None) -> tuple[dict[str, str], set[str]]:
-        """The actor queues of Dramatiq queue ``queue_name`` (queue → actor; of actor ``only`` if given)
-        and those consumed one message at a time."""
+    def _actor_queues(self, queue_name: str, *, only: str | None = None) -> dict[str, tuple[str, Consumption]]:
+        """The actor queues of Dramatiq queue ``queue_name`` (of actor ``only`` if given), each with its
+        actor and how it is consumed."""
         topology = self.topology
-        queues = {
-            queue: actor.actor_name
+        # An ordered partition must not have a second message out while one is processed; a
+        # long-running queue is read only into a free slot of the window (``polling``).
+        how: dict[str, Consumption] = {"ordered": "one_at_a_time", "long_running": "long_running"}
+        return {
+            queue: (actor.actor_name, how.get(topology.actor_profiles[actor.actor_name], "prefetch"))
             for actor in self.actors.values()
             if actor.queue_name == queue_name and only in (None, actor.actor_name)
             for queue in topology.consume_queues[actor.actor_name]
         }
-        # An ordered partition must not have a second message out while one is processed; a
-        # long-running queue takes one delivery at a time, and none while no thread is free (``window``).
-        one_at_a_time = {
-            queue for queue, actor in queues.items() if topology.actor_profiles[actor] in ("ordered", "long_running")
-        }
-        return queues, one_at_a_time
 
-    def _window(self, queue_name: str, queues: dict[str, str]) -> LongRunningWindow:
-        """Queue name ``queue_name``'s long-running window, with the long-running ones of ``queues``
-        (queue → actor) added; its capacity is the threads of the workers running here."""
-        profiles = self.topology.actor_profiles
-        window = self._windows.get(queue_name)
-        if window is None:
-            window = self._windows[queue_name] = LongRunningWindow(set(), capacity=1)
-        window.capacity = max(1, self._workers.threads())
-        window.add({queue for queue, actor in queues.items() if profiles[actor] == "long_running"})
-        return window
+    def _running_consumers(self) -> list[GroupConsumer]:
+        with self._consumers_lock:
+            return list(self._consumers)
+
+    def _wake_readers(self) -> None:
+        """A slot of the long-running window was freed: every consumer reading long-running queues
+        reads at once (whichever takes the slot first runs the next job)."""
+        for consumer in self._running_consumers():
+            if consumer.reader.queues:
+                consumer.reader.wake()
+                consumer.wake()
 
     def forget_consumer(self, consumer: GroupConsumer) -> None:
         """A closed consumer takes no more actors."""
@@ -327,8 +320,21 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         return self._declarer.depth(queue)
 
     def queue_consumers(self, queue: str) -> int | None:
-        """Consumers reading ``queue`` now (in any process), or None if it does not exist."""
-        return self._declarer.consumers(queue)
+        """Consumers reading ``queue`` now (in any process), or None if it does not exist; the workers
+        reading a long-running queue (which they poll, see ``polling``) count as its consumers."""
+        consumers = self._declarer.consumers(queue)
+        if consumers is None or queue not in self._long_running_queues():
+            return consumers
+        return consumers + (self._declarer.consumers(readers_queue(queue)) or 0)
+
+    def _long_running_queues(self) -> set[str]:
+        topology = self.topology
+        return {
+            queue
+            for actor, profile in topology.actor_profiles.items()
+            if profile == "long_running"
+            for queue in topology.consume_queues[actor]
+        }
 
     def get_queue_message_counts(self, queue_name: str) -> tuple[int, int, int]:
         """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``.

@@ -2,20 +2,21 @@
 
 The group is open: an actor declared on the queue name after the worker started is added to the
 running consumer (``add_queues`` from the declaring thread, subscribed by the consumer's own thread on
-its next turn), as Dramatiq's own consumer reads whatever is sent to its queue name. A late
-long-running actor's queues join the consumer's long-running window (``window``): subscribed only
-while the window is open, else when it opens again.
+its next turn, which the declaration wakes), as Dramatiq's own consumer reads whatever is sent to its
+queue name. Long-running queues are not subscribed to but read into the process's long-running
+window (``polling``, ``window``), a late actor's as the others.
 
 Each delivery is screened before Dramatiq sees it (``pipelines.broker.screening``): one that is not a
 message for the queue's actor (not JSON, fields missing, another actor's, over the size limit, an
 option or header of the wrong type) is dead-lettered with the reason and never reaches a worker
 thread. Nothing a producer publishes, and no fault in handling a delivery, raises out of ``__next__``
 but a lost connection: such a delivery is dead-lettered (``could not be consumed``) instead of
-restarting the consumer. A redelivered copy of a message dead-lettered already is acknowledged without
-a second dead letter. A delayed message back from a delay tier before it is due goes on to the next
-tier. Deliveries are settled by what the middleware decided (:mod:`pipelines.outcome`): a failed one is
-published to its dead-letter queue with its reason and then acknowledged (``dead_lettering``), a
-dropped one is acknowledged, and a retry in place goes back to the head of its queue.
+restarting the consumer, and a long-running one gives its slot of the window back. A redelivered copy
+of a message dead-lettered already is acknowledged without a second dead letter. A delayed message
+back from a delay tier before it is due goes on to the next tier. Deliveries are settled by what the
+middleware decided (:mod:`pipelines.outcome`): a failed one is published to its dead-letter queue
+with its reason and then acknowledged (``dead_lettering``), a dropped one is acknowledged, and a retry
+in place goes back to the head of its queue.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import dramatiq
 from dramatiq.common import current_millis
@@ -40,6 +41,7 @@ from pipelines.broker.rabbitmq.connecting import open_connection
 from pipelines.broker.rabbitmq.connections import dramatiq_error
 from pipelines.broker.rabbitmq.dead_lettering import DeadLettering
 from pipelines.broker.rabbitmq.delivery import Delivery
+from pipelines.broker.rabbitmq.polling import Fetched, LongRunningReader
 from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.screening import letter_id, refusal, screen
@@ -55,6 +57,21 @@ logger = logging.getLogger(__name__)
 #: AMQP reply code of a queue that does not exist.
 NOT_FOUND = 404
 
+#: How an actor queue is consumed: with the consumer's prefetch, one delivery at a time (an ordered
+#: partition), or read into the long-running window (``polling``).
+Consumption = Literal["prefetch", "one_at_a_time", "long_running"]
+
+
+class Arrival(NamedTuple):
+    """A delivery received and not handed to the worker yet."""
+
+    method: Any
+    properties: Any
+    body: bytes
+    queue: str
+    slot: bool
+    """Fetched into a slot of the long-running window (given back if it never reaches a thread)."""
+
 
 class GroupConsumer(dramatiq.broker.Consumer):
     """Consumes every actor queue of one Dramatiq queue name on one channel (see the module docstring)."""
@@ -67,39 +84,37 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self.prefetch = prefetch
         self.timeout_s = timeout_ms / 1000
         self.window = window
+        self.reader = LongRunningReader(window)
+        """Reads the long-running queues of the group into the process's window."""
         self.queues: dict[str, str] = {}
         """The actor queues taken so far (queue → its actor)."""
-        self._ready: deque[tuple[Any, Any, bytes]] = deque()
-        self._actors_by_tag: dict[str, str] = {}
+        self._ready: deque[Arrival] = deque()
         self._queues_by_tag: dict[str, str] = {}
-        self._pending: dict[str, tuple[str, bool]] = {}
-        """Actor queues to start consuming (queue → its actor, one at a time?), added from any thread."""
+        self._pending: dict[str, tuple[str, Consumption]] = {}
+        """Actor queues to start consuming (queue → its actor, how), added from any thread."""
         self._pending_lock = threading.Lock()
-        self._long_queues: list[str] = []
-        """The long-running queues taken so far (consumed while the window is open)."""
-        self._long_tags: list[str] = []
-        """The consumer tags of the long-running queues while their window is open."""
         self._stopped = False
         """Consumers cancelled for shutdown: a delivery rejected now is not delivered here again."""
         self._returning: list[Delivery] = []
         """Deliveries to return once the consumers are cancelled (see :meth:`requeue`)."""
         self._returning_lock = threading.Lock()
-        self._cancelled: set[str] = set()
+        self._cancelled_by_broker: list[str] = []
+        """Consumer tags RabbitMQ cancelled (a readers queue deleted), announced again on the next turn."""
         try:
             self.connection = open_connection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
+            self.channel.add_on_cancel_callback(self._on_cancelled_by_broker)
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
         self.settlements = Settlements(connection=self.connection, channel=self.channel)
         self.dead_lettering = DeadLettering(broker=broker, settlements=self.settlements, window=window)
 
-    def add_queues(self, queues: dict[str, str], one_at_a_time: set[str], *, wake: bool = True) -> None:
-        """Consume these actor queues too (queue → actor), from the next ``__next__`` on; any thread may
-        call this (an actor declared after the worker started): the consumer's own thread subscribes,
-        woken from its wait for deliveries unless ``wake`` is false (it is the caller). Long-running
-        queues are in ``window.queues`` before they are added here."""
+    def add_queues(self, queues: Mapping[str, tuple[str, Consumption]], *, wake: bool = True) -> None:
+        """Consume these actor queues too (queue → its actor, how), from the next ``__next__`` on; any
+        thread may call this (an actor declared after the worker started): the consumer's own thread
+        subscribes, woken from its wait for deliveries unless ``wake`` is false (it is the caller)."""
         with self._pending_lock:
-            self._pending |= {q: (a, q in one_at_a_time) for q, a in queues.items()}
+            self._pending |= queues
         if not wake:
             return
         try:
@@ -108,8 +123,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             logger.debug("Consumer of %r is closed; its replacement consumes the new queues.", self.queue_name)
 
     def subscribe_pending(self) -> None:
-        """Start consuming the queues added since the last call (in the consumer's own thread); a
-        long-running one only while the window is open, else :meth:`_steer` does when it opens."""
+        """Start consuming the queues added since the last call (in the consumer's own thread)."""
         with self._pending_lock:
             pending, self._pending = self._pending, {}
         pending = {q: entry for q, entry in pending.items() if q not in self.queues}
@@ -117,22 +131,15 @@ class GroupConsumer(dramatiq.broker.Consumer):
             return
         try:
             self.broker.ensure_topology()  # a late actor's queues are declared before they are consumed
-            # Open: consuming its long-running queues (or it has none yet) and a thread is free.
-            window_open = (bool(self._long_tags) or not self._long_queues) and not self.window.full
             self.queues |= {q: actor for q, (actor, _) in pending.items()}
-            self._long_queues = sorted({*self._long_queues, *(q for q in pending if q in self.window.queues)})
+            self.reader.add(self.channel, sorted(q for q, (_, how) in pending.items() if how == "long_running"))
             # basic.qos applies to the consumers started after it on this channel, each on its own.
-            for limit, single in ((self.prefetch, False), (1, True)):
-                group = sorted(
-                    q
-                    for q, (_, one) in pending.items()
-                    if one is single and (window_open or q not in self.window.queues)
-                )
-                if not group:
-                    continue
-                self.channel.basic_qos(prefetch_count=limit)
+            for limit, how in ((self.prefetch, "prefetch"), (1, "one_at_a_time")):
+                group = sorted(q for q, (_, kind) in pending.items() if kind == how)
+                if group:
+                    self.channel.basic_qos(prefetch_count=limit)
                 for queue in group:
-                    self._consume(queue)
+                    self._queues_by_tag[self.channel.basic_consume(queue, self._on_delivery)] = queue
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(self.broker.thread_connections.unavailable(e))) from None
         except PipelinesError as e:
@@ -147,79 +154,82 @@ class GroupConsumer(dramatiq.broker.Consumer):
 
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
         self.settlements.delivered(method.delivery_tag)  # before anything can settle it
-        self._ready.append((method, properties, body))
+        self._ready.append(Arrival(method, properties, body, self._queues_by_tag[method.consumer_tag], slot=False))
 
-    def _consume(self, queue: str) -> None:
-        tag = self.channel.basic_consume(queue, self._on_delivery)
-        self._actors_by_tag[tag] = self.queues[queue]
-        self._queues_by_tag[tag] = queue
-        if queue in self.window.queues:
-            self._long_tags.append(tag)
+    def _on_cancelled_by_broker(self, method: Any) -> None:
+        self._cancelled_by_broker.append(method.method.consumer_tag)
 
-    def _steer(self) -> None:
-        """Open or close the long-running window by the threads free for it; stop consuming on shutdown
-        (see :mod:`pipelines.broker.rabbitmq.window`)."""
+    def _read_long_running(self) -> None:
+        """Fetch long-running messages into free slots of the window, if a read is due; announce again
+        the readers subscriptions RabbitMQ cancelled."""
+        while self._cancelled_by_broker:
+            self.reader.announce_again(self.channel, self._cancelled_by_broker.pop())
+        if not self._stopped:
+            self.reader.read(self.channel, self._on_fetched)
+
+    def _on_fetched(self, fetched: Fetched) -> None:
+        self.settlements.delivered(fetched.method.delivery_tag)
+        self._ready.append(Arrival(fetched.method, fetched.properties, fetched.body, fetched.queue, slot=True))
+
+    def _stop_if_stopping(self) -> None:
+        """On shutdown, stop consuming and return what was waiting to be started (see ``window``)."""
         if self.window.stopping and not self._stopped:
-            self._cancel(list(self._queues_by_tag))
+            for tag in self._queues_by_tag:
+                self.channel.basic_cancel(tag)
             with self._returning_lock:
                 self._stopped = True
                 returning, self._returning = self._returning, []
             self._return(returning)
-        elif self.window.full and self._long_tags:
-            self._cancel(self._long_tags)
-        elif self._long_queues and not self._long_tags and not self.window.full and not self._stopped:
-            waiting = {method.consumer_tag for method, _, _ in self._ready}
-            for tag in [t for t in self._cancelled if t not in waiting]:  # forget consumers cancelled before
-                del self._queues_by_tag[tag], self._actors_by_tag[tag]
-                self._cancelled.discard(tag)
-            self.channel.basic_qos(prefetch_count=1)
-            for queue in self._long_queues:
-                self._consume(queue)
-
-    def _cancel(self, tags: list[str]) -> None:
-        for tag in tags:
-            if tag not in self._cancelled:
-                self._cancelled.add(tag)
-                self.channel.basic_cancel(tag)
-        self._long_tags.clear()
 
     def wake(self) -> None:
-        """Wake ``__next__`` (from any thread), so that it steers the window at once."""
+        """Wake ``__next__`` (from any thread), so that it reads or stops at once."""
         with contextlib.suppress(*CONNECTION_ERRORS):
             self.connection.add_callback_threadsafe(lambda: None)
 
     def __next__(self) -> dramatiq.broker.MessageProxy | None:
         self.subscribe_pending()
         try:
-            self._steer()
+            self._stop_if_stopping()
+            self._read_long_running()
             if not self._ready:
-                self.connection.process_data_events(time_limit=self.timeout_s)
-                self._steer()
+                self.connection.process_data_events(time_limit=self.reader.wait_s(self.timeout_s))
+                self._stop_if_stopping()
+                self._read_long_running()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(e)) from None
         if not self._ready:
             return None
-        method, properties, body = self._ready.popleft()
-        actor = self._actors_by_tag[method.consumer_tag]
-        queue = self._queues_by_tag[method.consumer_tag]
+        arrival = self._ready.popleft()
+        delivery = None
         try:
-            return self._take(method, properties, body, actor, queue)
+            delivery = self._take(arrival)
+        finally:
+            if arrival.slot:
+                if delivery is None:
+                    self.window.release()  # it never reaches a thread: its slot is free again
+                else:
+                    delivery.counted = True
+        return delivery
+
+    def _take(self, arrival: Arrival) -> Delivery | None:
+        """What goes to the worker of ``arrival``, or None if it was settled here; a fault in handling it
+        dead-letters it, only a lost connection raises (Dramatiq's worker reconnects, RabbitMQ redelivers)."""
+        actor = self.queues[arrival.queue]
+        try:
+            return self._delivery(arrival, actor)
         except ConnectionClosed:
-            raise  # the connection is gone: Dramatiq's worker reconnects, RabbitMQ redelivers
+            raise
         except Exception as e:  # a fault here must not restart the consumer and return every prefetched message
             logger.exception("Could not take a delivery on the queue of %r; dead-lettering it.", actor)
-            reason = refusal(e, actor=actor, queue=queue, routing_key=method.routing_key)
-            reason = replace(reason, reason="could not be consumed")
-            self._refuse(method, properties, body, reason)
+            reason = refusal(e, actor=actor, queue=arrival.queue, routing_key=arrival.method.routing_key)
+            self._refuse(arrival, replace(reason, reason="could not be consumed"))
             return None
 
-    def _take(self, method: Any, properties: Any, body: bytes, actor: str, queue: str) -> Delivery | None:
-        """The delivery to hand to the worker, or None when it was settled here (put back, acknowledged as a
-        copy of a dead letter, refused by screening, or sent on to its next delay tier)."""
-        if not self.window.admits(queue):
-            # No thread would run it now (or the worker stops): back to its queue rather than held here,
-            # once the consumer that would take it again is cancelled.
-            self._steer_or_close()
+    def _delivery(self, arrival: Arrival, actor: str) -> Delivery | None:
+        """What goes to the worker of ``arrival``, or None if it was settled here (see the module docstring)."""
+        method, properties, body, queue, _ = arrival
+        if self.window.stopping:
+            # The worker stops: back to its queue rather than held here (nothing is consumed any more).
             self.settlements.reject(method.delivery_tag, requeue=True)
             return None
         if method.redelivered and self.broker.dead_letter_marks.seen(queue, body):
@@ -238,7 +248,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             )
         except Exception as e:  # whatever a producer sent, it must not reach Dramatiq's consumer loop
             logger.error("Dead-lettering a message on the queue of %r: %s: %s.", actor, type(e).__name__, e)
-            self._refuse(method, properties, body, refusal(e, actor=actor, queue=queue, routing_key=method.routing_key))
+            self._refuse(arrival, refusal(e, actor=actor, queue=queue, routing_key=method.routing_key))
             return None
         eta = wire_options.eta_ms(message.options)
         if eta is not None:
@@ -247,7 +257,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 return None
             options = {k: v for k, v in message.options.items() if k != opt.ETA}
             message = dramatiq.Message(**{**message.asdict(), "options": options})
-        delivery = Delivery(
+        return Delivery(
             message,
             tag=method.delivery_tag,
             redelivered=method.redelivered,
@@ -257,20 +267,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
             delivery_count=delivery_count,
             body=body,
         )
-        delivery.counted = self.window.count(queue)
-        if delivery.counted and self.window.full:
-            self._steer_or_close()  # closed before the job starts, so its early acknowledgement takes nothing in
-        return delivery
 
-    def _steer_or_close(self) -> None:
-        try:
-            self._steer()
-        except CONNECTION_ERRORS as e:
-            raise self._closed(e, str(e)) from None
-
-    def _refuse(self, method: Any, properties: Any, body: bytes, reason: DeadLetterReason) -> None:
-        message_id = getattr(properties, "message_id", None) or letter_id(body)
-        self.dead_lettering.refuse(method.delivery_tag, body, message_id, reason)
+    def _refuse(self, arrival: Arrival, reason: DeadLetterReason) -> None:
+        message_id = getattr(arrival.properties, "message_id", None) or letter_id(arrival.body)
+        self.dead_lettering.refuse(arrival.method.delivery_tag, arrival.body, message_id, reason)
 
     def _redelay(self, method: Any, message: dramatiq.Message[Any], eta: int, queue: str, body: bytes) -> None:
         """Back from a delay tier before it is due: on to the next tier, then let go of it here (if that
@@ -295,11 +295,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
             self.settlements.ack(message.tag)
 
     def _release(self, message: dramatiq.broker.MessageProxy) -> None:
-        """A long-running job ended: wake the consumer if a thread is free for the next one."""
+        """A long-running job ended (or never started): its slot of the window is free again."""
         if isinstance(message, Delivery) and message.counted:
             message.counted = False
-            if self.window.release():
-                self.wake()
+            self.window.release()
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         self._release(message)
@@ -342,6 +341,11 @@ class GroupConsumer(dramatiq.broker.Consumer):
 
     def close(self) -> None:
         self.broker.forget_consumer(self)
+        # Fetched and never handed to the worker: RabbitMQ takes them back with the channel; their slots
+        # of the window are free again.
+        while self._ready:
+            if self._ready.popleft().slot:
+                self.window.release()
         try:
             done = threading.Event()
             self.connection.add_callback_threadsafe(done.set)

@@ -9,6 +9,7 @@ RabbitMQ, which becomes a TopologyMismatch that says how to resolve it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pika.exceptions
@@ -91,11 +92,11 @@ class Declarer:
             self._complete = None
             self._declared.clear()
 
-    def delete(self, topology: Topology) -> None:
-        """Delete every queue and exchange of ``topology`` (tests and decommissioning)."""
+    def delete(self, topology: Topology, *, also: Sequence[str] = ()) -> None:
+        """Delete every queue and exchange of ``topology``, and the queues ``also`` (tests and decommissioning)."""
         channel = self.connections.alive().declare_channel
-        for queue in topology.queues:
-            channel.queue_delete(queue.name)
+        for name in (*(queue.name for queue in topology.queues), *also):
+            channel.queue_delete(name)
         for exchange in topology.exchanges:
             channel.exchange_delete(exchange.name)
         self.forget()

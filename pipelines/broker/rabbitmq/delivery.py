@@ -38,7 +38,7 @@ class Delivery(dramatiq.broker.MessageProxy):
         self.settled = False
         """Acknowledged already (a long-running job, on start): later settlements send nothing."""
         self.counted = False
-        """Counted in its consumer's long-running window until it is settled."""
+        """Holds a slot of the process's long-running window until it is settled."""
         outcome = outcome_of(self)
         outcome.queue = queue
         outcome.delivery_count = delivery_count

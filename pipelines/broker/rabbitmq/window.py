@@ -1,62 +1,59 @@
-"""The consuming window of long-running queues: closed while every worker thread runs one of their jobs.
+"""The long-running window: one per process, a slot for each worker thread that may run a long job.
 
-A long-running job is acknowledged when it starts (its lease owns it from then on), which frees its
-queue's prefetch slot. Left open, that slot takes the next delivery at once, and with every thread busy
-the delivery would wait unacknowledged in memory until RabbitMQ's consumer timeout closes the channel
-(and redelivers it, while the copy held here still runs later). So a consumer counts the long-running
-deliveries it handed to the worker and that are not settled yet (acknowledged early does not count as
-settled: the job still runs), and cancels its long-running consumers while that count equals the
-worker's threads; it consumes again as soon as one of those jobs ends. Each long-running consumer has a
-prefetch of one, so what reaches the worker is at most what its threads can run.
+A long-running job is acknowledged when it starts (its lease owns it from then on). Were its queue
+subscribed to like the others, that acknowledgement would free the queue's prefetch slot, and with
+every thread busy the next delivery would wait unacknowledged in memory until RabbitMQ's consumer
+timeout closed the channel (and redelivered it, while the copy held here still ran later). So a
+long-running message is taken only into a free slot of this window (see ``polling``), and its slot is
+given back when the job ends. One window serves every consumer and long-running queue of the
+process, so no number of queue names takes in more jobs than the process has threads; and as
+nothing is taken without a slot, nothing is handed back unstarted either (a return counts against
+its queue's delivery limit and as an attempt of the job).
 
-On shutdown the window closes for good before the worker stops its threads: nothing more is taken, and
-what was taken but not started goes back to its queue at once.
+On shutdown the window closes for good before the worker stops its threads: nothing more is taken,
+and what was taken but not started goes back to its queue at once.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 
 class LongRunningWindow:
-    """How many long-running deliveries one consumer has out, against the threads that run them."""
+    """The slots of this process's long-running jobs (see the module docstring)."""
 
-    def __init__(self, queues: set[str], *, capacity: int) -> None:
-        self.queues = queues
-        """The long-running queues of the consumer (consumed one delivery at a time each)."""
+    def __init__(self, *, capacity: int, on_free: Callable[[], None]) -> None:
         self.capacity = max(1, capacity)
+        """Slots: the worker threads of the process."""
         self.running = 0
-        """Deliveries handed to the worker and not settled yet."""
+        """Slots taken: messages taken and not settled yet (acknowledged early still runs)."""
         self.stopping = False
-        """The worker shuts down: consume nothing more."""
+        """The worker shuts down: take nothing more."""
+        self._on_free = on_free
         self._lock = threading.Lock()
 
-    def add(self, queues: set[str]) -> None:
-        """Count ``queues`` (long-running queues of actors declared later) in the window too."""
+    def take(self) -> bool:
+        """Take a slot for one message about to be fetched: False when none is free (or on shutdown)."""
         with self._lock:
-            self.queues = self.queues | queues  # a new set: readers in other threads see one or the other
-
-    def admits(self, queue: str) -> bool:
-        """May a delivery of ``queue`` go to the worker now? (Else it goes back to its queue.)"""
-        if self.stopping:
-            return False
-        return queue not in self.queues or self.running < self.capacity
-
-    def count(self, queue: str) -> bool:
-        """Count a delivery of ``queue`` handed to the worker (only long-running ones count)."""
-        if queue not in self.queues:
-            return False
-        with self._lock:
+            if self.stopping or self.running >= self.capacity:
+                return False
             self.running += 1
-        return True
+            return True
 
-    def release(self) -> bool:
-        """A counted delivery was settled (its job ended): True when this opened the window again."""
+    def give_back(self) -> None:
+        """Give back a slot taken for a message that did not come (its queue was empty); wakes nobody."""
         with self._lock:
             self.running -= 1
-            return self.running == self.capacity - 1
+
+    def release(self) -> None:
+        """A message taken into a slot was settled (its job ended, or it never started): the consumers
+        are woken, so that one of them takes the next job at once."""
+        with self._lock:
+            self.running -= 1
+        self._on_free()
 
     @property
     def full(self) -> bool:
-        """No thread is left for another long-running job (or the worker shuts down)."""
+        """No slot is free for another long-running job (or the worker shuts down)."""
         return self.stopping or self.running >= self.capacity
