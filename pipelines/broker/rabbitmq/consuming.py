@@ -85,11 +85,14 @@ class GroupConsumer(dramatiq.broker.Consumer):
         """Deliveries to return once the consumers are cancelled (see :meth:`requeue`)."""
         self._returning_lock = threading.Lock()
         self._cancelled: set[str] = set()
+        self._lost: set[str] = set()
+        """Queues whose consumer RabbitMQ cancelled (the queue was deleted, or its node is down)."""
         try:
             self.connection = pika.BlockingConnection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(broker.thread_connections.unavailable(e))) from None
+        self.channel.add_on_cancel_callback(self._cancelled_by_broker)
         self.settlements = Settlements(connection=self.connection, channel=self.channel)
         self.dead_lettering = DeadLettering(broker=broker, settlements=self.settlements, window=window)
 
@@ -183,6 +186,24 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 self.channel.basic_cancel(tag)
         self._long_tags.clear()
 
+    def _cancelled_by_broker(self, *args: Any) -> None:
+        """RabbitMQ's basic.cancel (pika passes the method frame last): nothing would be delivered from
+        that queue again, so :meth:`__next__` starts over on a new consumer."""
+        tag = args[-1].method.consumer_tag
+        if tag not in self._cancelled:
+            self._lost.add(self._queues_by_tag.get(tag, tag))
+
+    def _check_lost(self) -> None:
+        """Give up this consumer when RabbitMQ cancelled one of its queues: Dramatiq's worker opens a
+        new one, which declares the topology again (a deleted queue comes back) and consumes it all."""
+        if self._lost and not self._stopped:
+            self.broker.forget_declarations()
+            raise dramatiq_error(
+                ConnectionClosed,
+                f"RabbitMQ cancelled the consumer of {', '.join(sorted(self._lost))} (the queue was deleted, "
+                "or its node is down); the worker declares it again and consumes anew.",
+            )
+
     def wake(self) -> None:
         """Wake ``__next__`` (from any thread), so that it steers the window at once."""
         with contextlib.suppress(*CONNECTION_ERRORS):
@@ -197,6 +218,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 self._steer()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(e)) from None
+        self._check_lost()
         if not self._ready:
             return None
         method, properties, body = self._ready.popleft()
