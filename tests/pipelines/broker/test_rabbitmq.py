@@ -145,6 +145,19 @@ def test_a_queue_deleted_under_a_running_worker_is_declared_again_and_consumed_w
     observer.wait_handled("sibling", 1)
 
 
+def test_dramatiqs_connection_and_channel_of_a_thread_are_replaced_once_closed(make_app: Any) -> None:
+    app = make_app()
+    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    app.broker.ensure_topology()
+    queue = app.broker.topology.actor_queues["echo"]
+
+    app.broker.connection.close()  # as a connection lost under code that uses it
+    assert app.broker.channel.queue_declare(queue, passive=True).method.message_count == 0
+    app.broker.channel.close()
+    assert app.broker.channel.queue_declare(queue, passive=True).method.message_count == 0
+    assert app.broker.connection.is_open
+
+
 def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
     make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
