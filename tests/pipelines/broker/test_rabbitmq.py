@@ -125,7 +125,7 @@ def wait_for_consumers(app: App, queue: str, count: int) -> None:
 
 
 def test_a_queue_deleted_under_a_running_worker_is_declared_again_and_consumed_with_its_siblings(
-    make_app: Any, start_worker: Any, observe: Any
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -145,17 +145,19 @@ def test_a_queue_deleted_under_a_running_worker_is_declared_again_and_consumed_w
     observer.wait_handled("sibling", 1)
 
 
-def test_dramatiqs_connection_and_channel_of_a_thread_are_replaced_once_closed(make_app: Any) -> None:
+def test_dramatiqs_connection_and_channel_of_a_thread_are_replaced_once_closed(make_app: MakeApp) -> None:
     app = make_app()
-    dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
-    app.broker.ensure_topology()
-    queue = app.broker.topology.actor_queues["echo"]
+    broker = app.broker
+    assert isinstance(broker, ExchangeBroker)
+    dramatiq.actor(actor_name="echo", broker=broker)(lambda x: x)
+    broker.ensure_topology()
+    queue = broker.topology.actor_queues["echo"]
 
-    app.broker.connection.close()  # as a connection lost under code that uses it
-    assert app.broker.channel.queue_declare(queue, passive=True).method.message_count == 0
-    app.broker.channel.close()
-    assert app.broker.channel.queue_declare(queue, passive=True).method.message_count == 0
-    assert app.broker.connection.is_open
+    broker.connection.close()  # as a connection lost under code that uses it
+    assert broker.channel.queue_declare(queue, passive=True).method.message_count == 0
+    broker.channel.close()
+    assert broker.channel.queue_declare(queue, passive=True).method.message_count == 0
+    assert broker.connection.is_open
 
 
 def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
