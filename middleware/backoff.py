@@ -220,7 +220,7 @@ class Backoff(Middleware):
     def _give_up(self, message: dramatiq.broker.MessageProxy, why: str, exception: BaseException | None = None) -> None:
         if isinstance(exception, TimeLimitExceeded) and not str(exception):
             # Dramatiq's error says nothing: the dead letter names the limit that fired.
-            limit_s = (wire_options.time_limit_ms(message.options) or 0) / 1000
+            limit_s = (outcome_of(message).time_limit_ms or wire_options.time_limit_ms(message.options) or 0) / 1000
             named = TimeLimitExceeded(
                 f"The actor ran past its time limit of {limit_s:g} s (timeout_s, or [worker] time_limit_s). "
                 "The limit interrupts Python code only: a call blocked in C (a socket, database or HTTP call) "

@@ -25,6 +25,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.threading import is_gevent_active, raise_thread_exception
 
 from pipelines import wire_options
+from pipelines.outcome import outcome_of
 
 _GUARDED = "_pipelines_time_limited"
 
@@ -91,13 +92,20 @@ class ActorTimeLimit(TimeLimit):
             self._deadlines.start()
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        limit_ms = self.limit_ms(broker, message)
         if self._deadlines is None:
-            super().before_process_message(broker, message)  # type: ignore[no-untyped-call]
+            self.manager.add_timeout(threading.get_ident(), limit_ms)  # type: ignore[no-untyped-call]
             return
+        self._limit_ms.value = limit_ms
+
+    def limit_ms(self, broker: dramatiq.Broker, message: MessageProxy) -> float:
+        """The delivery's time limit: the one ``Timeout`` chose for it, else Dramatiq's (the message's
+        ``time_limit``, the actor's, this middleware's)."""
+        chosen = outcome_of(message).time_limit_ms
+        if chosen is not None:
+            return chosen
         actor = broker.get_actor(message.actor_name)
-        self._limit_ms.value = wire_options.time_limit_ms(message.options) or actor.options.get(
-            "time_limit", self.time_limit
-        )
+        return wire_options.time_limit_ms(message.options) or actor.options.get("time_limit", self.time_limit)
 
     def after_process_message(
         self,

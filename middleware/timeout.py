@@ -1,9 +1,11 @@
 """Per-actor timeouts, checked against RabbitMQ's consumer timeout when actors are declared.
 
 An actor's ``timeout_s`` (or Dramatiq's ``time_limit`` in ms; default ``[worker] time_limit_s``)
-becomes the message's time limit, which Dramatiq's ``TimeLimit`` enforces by raising
-``TimeLimitExceeded`` in the actor; the failure is transient and retried like any other, and the dead
-letter of one that ran out of retries names the limit. That exception is asynchronous: it interrupts
+becomes the time limit of each of its deliveries, which ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``)
+enforces by raising ``TimeLimitExceeded`` in the actor; the failure is transient and retried like any
+other, and the dead letter of one that ran out of retries names the limit. The limit is kept in the
+delivery's outcome, not written into the message: a retry or a replay (after the actor's timeout was
+raised, say) runs under the actor's limit of its own time. That exception is asynchronous: it interrupts
 Python code between bytecodes, never a call blocked in C (a socket read, a database query, an HTTP
 request, ``time.sleep``), which is stopped only when it returns. So the limit bounds an actor only as
 well as its blocking calls are bounded by timeouts of their own.
@@ -23,7 +25,9 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
+from pipelines import wire_options
 from pipelines.errors import InvalidActorOption
+from pipelines.outcome import outcome_of
 
 
 class TimeoutTooLong(InvalidActorOption):
@@ -67,6 +71,6 @@ class Timeout(Middleware):
             )
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        if opt.TIME_LIMIT not in message.options:
-            actor = broker.get_actor(message.actor_name)
-            message.options[opt.TIME_LIMIT] = int(self.timeout_s(actor) * 1000)
+        # A time limit sent with the message comes first, as in Dramatiq.
+        sent_ms = wire_options.time_limit_ms(message.options)
+        outcome_of(message).time_limit_ms = sent_ms or self.timeout_s(broker.get_actor(message.actor_name)) * 1000

@@ -37,11 +37,14 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, the message context, the exception."""
 
     def format(self, record: logging.LogRecord) -> str:
+        # Left on the record, as logging.Formatter does: code that reads records after they were
+        # handled (pytest's caplog.records[...].message) finds the line's message there.
+        record.message = mask_text(record.getMessage())
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": mask_text(record.getMessage()),
+            "message": record.message,
         }
         for name in CONTEXT_FIELDS:
             value = getattr(record, name, None)

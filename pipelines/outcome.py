@@ -63,6 +63,9 @@ class MessageOutcome:
     """Put off: a copy was enqueued with a delay, and this delivery let go without running."""
 
     # What a middleware holds between its before and after hooks.
+    time_limit_ms: float | None = None
+    """The time limit it runs under (``Timeout``'s choice, enforced by ``ActorTimeLimit``), kept here and
+    not in its options, so a retry or a replay runs under its actor's limit of that time."""
     job: Job | None = None
     """The running job (``Leases``): its run step, and its lease for a long-running actor."""
     key_claim: KeyClaim | None = None

@@ -118,6 +118,14 @@ def test_every_log_line_written_while_a_message_runs_carries_its_ids(captured_js
     assert "correlation_id" not in after
 
 
+def test_records_keep_their_message_after_a_json_line_is_written_as_with_a_standard_formatter(
+    caplog: pytest.LogCaptureFixture, captured_json_logs: io.StringIO
+) -> None:
+    logging.getLogger("pipelines.test").warning("added %s twice, to amqp://guest:secret@rabbit/", "Metrics")
+
+    assert [record.message for record in caplog.records] == ["added Metrics twice, to amqp://guest:***@rabbit/"]
+
+
 def test_pikas_connection_chatter_is_left_out_but_its_warnings_are_not(captured_json_logs: io.StringIO) -> None:
     pika_logger = logging.getLogger("pika.connection")
     pika_logger.info("Closing connection (200): 'Normal shutdown'")

@@ -42,6 +42,35 @@ def test_an_actor_over_its_timeout_is_stopped_retried_and_then_dead_lettered(
     assert letters[0].reason.attempts == 2
 
 
+def test_a_timed_out_message_replayed_after_its_actors_timeout_was_raised_runs_under_the_new_one(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    finished: list[int] = []
+
+    @dramatiq.actor(broker=app.broker, timeout_s=0.2, max_retries=0)
+    def crunch(n: int) -> None:
+        until = time.monotonic() + 2  # past 0.2 s and the limit's checks, one a second
+        while time.monotonic() < until:  # Python code, which the time limit interrupts
+            time.sleep(0.01)
+        finished.append(n)
+
+    start_worker(app)
+    crunch.send(1)
+    observer.wait_dead_lettered("crunch", 1)
+    [letter] = app.dead_letters.list("crunch")
+    assert letter.reason.error_type == "TimeLimitExceeded"
+    assert letter.message is not None
+    assert "time_limit" not in letter.message.options  # the limit of its time is not carried on
+
+    crunch.options["timeout_s"] = 5  # as a deploy that raised it would declare it
+    assert app.dead_letters.replay(letter.id) == "replayed"
+    observer.wait_handled("crunch", 2)
+
+    assert finished == [1]
+
+
 def test_a_timeout_longer_than_the_consumer_timeout_is_refused_with_advice(make_app: MakeApp) -> None:
     app = make_app(broker={"consumer_timeout_s": 60})
 

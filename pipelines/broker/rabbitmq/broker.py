@@ -293,6 +293,33 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         if isinstance(message, Delivery):
             message.consumer.acknowledge_early(message)
 
+    # -- Dramatiq's connection and channel of each thread ------------------------------------------
+
+    @property
+    def connection(self) -> Any:
+        """Dramatiq's connection of this thread, for code that uses it (this broker publishes and consumes
+        on connections of its own, so nothing else replaces it): one that was closed is replaced."""
+        current = getattr(self.state, "connection", None)
+        if current is not None and not current.is_open:
+            del self.connection
+        return RabbitmqBroker.connection.fget(self)  # type: ignore[attr-defined]
+
+    @connection.deleter
+    def connection(self) -> None:
+        RabbitmqBroker.connection.fdel(self)  # type: ignore[attr-defined]
+
+    @property
+    def channel(self) -> Any:
+        """Dramatiq's channel of this thread, on :attr:`connection`; one that was closed is replaced."""
+        current = getattr(self.state, "channel", None)
+        if current is not None and not (current.is_open and current.connection.is_open):
+            del self.channel
+        return RabbitmqBroker.channel.fget(self)  # type: ignore[attr-defined]
+
+    @channel.deleter
+    def channel(self) -> None:
+        RabbitmqBroker.channel.fdel(self)  # type: ignore[attr-defined]
+
     # -- dead letters (pipelines.dead_letters.DeadLetterAdmin) ---------------------------------
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:

@@ -98,8 +98,10 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._returning: list[Delivery] = []
         """Deliveries to return once the consumers are cancelled (see :meth:`requeue`)."""
         self._returning_lock = threading.Lock()
-        self._cancelled_by_broker: list[str] = []
-        """Consumer tags RabbitMQ cancelled (a readers queue deleted), announced again on the next turn."""
+        self._readers_cancelled: list[str] = []
+        """Readers subscriptions RabbitMQ cancelled (a readers queue deleted), announced again next turn."""
+        self._lost: set[str] = set()
+        """Actor queues whose consumer RabbitMQ cancelled (the queue was deleted, or its node is down)."""
         try:
             self.connection = open_connection(broker.thread_connections.candidates())
             self.channel = self.connection.channel()
@@ -157,13 +159,19 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._ready.append(Arrival(method, properties, body, self._queues_by_tag[method.consumer_tag], slot=False))
 
     def _on_cancelled_by_broker(self, method: Any) -> None:
-        self._cancelled_by_broker.append(method.method.consumer_tag)
+        """RabbitMQ's basic.cancel: a readers subscription is announced again on the next turn; an actor
+        queue would never deliver here again, so :meth:`__next__` starts over on a new consumer."""
+        tag = method.method.consumer_tag
+        if self.reader.announces(tag):
+            self._readers_cancelled.append(tag)
+        else:
+            self._lost.add(self._queues_by_tag.get(tag, tag))
 
     def _read_long_running(self) -> None:
         """Fetch long-running messages into free slots of the window, if a read is due; announce again
         the readers subscriptions RabbitMQ cancelled."""
-        while self._cancelled_by_broker:
-            self.reader.announce_again(self.channel, self._cancelled_by_broker.pop())
+        while self._readers_cancelled:
+            self.reader.announce_again(self.channel, self._readers_cancelled.pop())
         if not self._stopped:
             self.reader.read(self.channel, self._on_fetched)
 
@@ -181,6 +189,17 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 returning, self._returning = self._returning, []
             self._return(returning)
 
+    def _check_lost(self) -> None:
+        """Give up this consumer when RabbitMQ cancelled one of its queues: Dramatiq's worker opens a
+        new one, which declares the topology again (a deleted queue comes back) and consumes it all."""
+        if self._lost and not self._stopped:
+            self.broker.forget_declarations()
+            raise dramatiq_error(
+                ConnectionClosed,
+                f"RabbitMQ cancelled the consumer of {', '.join(sorted(self._lost))} (the queue was deleted, "
+                "or its node is down); the worker declares it again and consumes anew.",
+            )
+
     def wake(self) -> None:
         """Wake ``__next__`` (from any thread), so that it reads or stops at once."""
         with contextlib.suppress(*CONNECTION_ERRORS):
@@ -197,6 +216,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
                 self._read_long_running()
         except CONNECTION_ERRORS as e:
             raise self._closed(e, str(e)) from None
+        self._check_lost()
         if not self._ready:
             return None
         arrival = self._ready.popleft()

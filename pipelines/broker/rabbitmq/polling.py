@@ -69,6 +69,10 @@ class LongRunningReader:
         tag = channel.basic_consume(readers, _ignore, auto_ack=True)
         self._announced[tag] = queue
 
+    def announces(self, tag: str) -> bool:
+        """Is ``tag`` one of this reader's readers subscriptions?"""
+        return tag in self._announced
+
     def announce_again(self, channel: Any, tag: str) -> None:
         """RabbitMQ cancelled readers subscription ``tag`` (its queue was deleted, or its node left): again."""
         queue = self._announced.pop(tag, None)

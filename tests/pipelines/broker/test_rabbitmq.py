@@ -114,6 +114,52 @@ def test_a_queue_deleted_under_a_running_producer_is_declared_again_on_the_next_
     observer.wait_handled("echo", 1)
 
 
+def wait_for_consumers(app: App, queue: str, count: int) -> None:
+    """Block until ``count`` consumers read ``queue`` (it may be missing meanwhile)."""
+    broker = app.broker
+    assert isinstance(broker, ExchangeBroker)
+    deadline = time.monotonic() + TIMEOUT_S
+    while broker.queue_consumers(queue) != count:
+        assert time.monotonic() < deadline, f"{queue} has {broker.queue_consumers(queue)} consumers"
+        time.sleep(0.1)
+
+
+def test_a_queue_deleted_under_a_running_worker_is_declared_again_and_consumed_with_its_siblings(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    echo = dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    sibling = dramatiq.actor(actor_name="sibling", broker=app.broker)(lambda x: x)  # on the same consumer
+    start_worker(app)
+    queue = app.broker.topology.actor_queues["echo"]
+    wait_for_consumers(app, queue, 1)
+
+    with pika.BlockingConnection(pika.URLParameters(app.settings.broker.url)) as connection:
+        connection.channel().queue_delete(queue)  # RabbitMQ cancels the worker's consumer of it
+
+    wait_for_consumers(app, queue, 1)  # declared again by the worker itself, not by a publish
+    app.broker.enqueue(echo.message(1))
+    app.broker.enqueue(sibling.message(2))
+    observer.wait_handled("echo", 1)
+    observer.wait_handled("sibling", 1)
+
+
+def test_dramatiqs_connection_and_channel_of_a_thread_are_replaced_once_closed(make_app: MakeApp) -> None:
+    app = make_app()
+    broker = app.broker
+    assert isinstance(broker, ExchangeBroker)
+    dramatiq.actor(actor_name="echo", broker=broker)(lambda x: x)
+    broker.ensure_topology()
+    queue = broker.topology.actor_queues["echo"]
+
+    broker.connection.close()  # as a connection lost under code that uses it
+    assert broker.channel.queue_declare(queue, passive=True).method.message_count == 0
+    broker.channel.close()
+    assert broker.channel.queue_declare(queue, passive=True).method.message_count == 0
+    assert broker.connection.is_open
+
+
 def test_a_delayed_message_waits_in_the_delay_tiers_and_never_runs_early(
     make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
