@@ -141,8 +141,11 @@ def pika_batched_confirms(system: RawPika, counter: str, n: int) -> float:
 
 
 def chains(system: System, log: Path, n: int) -> dict[str, float]:
-    """``n`` three-step chains, submitted to last step done, and each tier's CPU per step."""
+    """``n`` three-step chains, submitted to last step done: each tier's CPU, Redis commands and
+    publisher-confirm waits per step."""
     counter = key()
+    steps = 3 * n
+    producer_waits = system.app.broker.confirm_waits if isinstance(system, Ours) else 0
     with Running(system, log) as running:
         assert running.worker is not None
         before = tiers.read(running.worker)
@@ -162,7 +165,17 @@ def chains(system: System, log: Path, n: int) -> dict[str, float]:
                 celery_chain(m.hop.s(0, counter), m.hop.s(counter), m.last.s(counter)).apply_async()
         done = wait_for_count(counter, n)
         after = tiers.read(running.worker)
-    return {"seconds": done - started, **tiers.per_step(before, after, 3 * n)}
+    figures = {"seconds": done - started, **tiers.per_step(before, after, steps)}
+    # Bare Dramatiq (without BENCH_CONFIRM) and Celery publish without publisher confirms: no waits.
+    figures["confirm_waits_per_step"] = 0.0
+    if isinstance(system, Ours):
+        # The worker's counts cover its whole life; its warm-up message publishes nothing.
+        worker = system.worker_counts()
+        figures["confirm_waits_per_step"] = (
+            worker["confirm_waits"] + system.app.broker.confirm_waits - producer_waits
+        ) / steps
+        figures["worker_publishes_per_confirm_wait"] = worker["publishes"] / max(worker["confirm_waits"], 1)
+    return figures
 
 
 def chord_once(system: System, log: Path, members: int) -> dict[str, float]:

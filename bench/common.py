@@ -32,19 +32,31 @@ NAMESPACE = "bench"
 CASE_TIMEOUT_S = 300
 
 
+_polls = [0]
+"""GETs :func:`wait_for_count` sent: the benchmark's own Redis commands, not the system's."""
+
+
 def redis_client() -> Any:
     return redis.Redis.from_url(REDIS_URL)
+
+
+def polls() -> int:
+    """How many times this process read a counter it waits on (see :func:`wait_for_count`)."""
+    return _polls[0]
 
 
 def wait_for_count(key: str, expected: int, *, timeout_s: float = CASE_TIMEOUT_S) -> float:
     """Wait until counter ``key`` reaches ``expected``; returns the time (perf_counter) it did."""
     client = redis_client()
     deadline = time.monotonic() + timeout_s
-    while int(client.get(key) or 0) < expected:
+    while True:
+        _polls[0] += 1
+        count = int(client.get(key) or 0)
+        if count >= expected:
+            return time.perf_counter()
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{key} reached {int(client.get(key) or 0)} of {expected} in {timeout_s} s")
+            raise TimeoutError(f"{key} reached {count} of {expected} in {timeout_s} s")
         time.sleep(0.005)
-    return time.perf_counter()
 
 
 class _Sink(http.server.BaseHTTPRequestHandler):

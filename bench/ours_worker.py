@@ -1,11 +1,14 @@
 """rabbit-pipelines side of the benchmark: the app from ``PIPELINES_*`` and the benchmark's actors.
 
 Started as ``dramatiq bench.ours_worker:broker``; the benchmark process imports it too, to start runs.
+With ``BENCH_COUNTERS_DIR`` set, each worker process writes its publish counts there when it stops.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -16,6 +19,20 @@ from pipelines.app import configure
 app = configure()
 broker = app.broker
 counter: Any = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+
+
+class PublishCounts(dramatiq.Middleware):
+    """Writes this process's publishes and publisher-confirm waits to ``<BENCH_COUNTERS_DIR>/<pid>.json``
+    when its worker stops (the benchmark reads them once the worker is gone)."""
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        directory = os.environ.get("BENCH_COUNTERS_DIR")
+        if directory:
+            counts = {"publishes": app.broker.publish_count, "confirm_waits": app.broker.confirm_waits}
+            Path(directory, f"{os.getpid()}.json").write_text(json.dumps(counts))
+
+
+broker.add_middleware(PublishCounts())
 
 
 @dramatiq.actor(broker=broker, queue_name="bench")

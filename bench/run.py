@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from bench import broker_cost, cases, starts, tiers
+from bench import broker_cost, cases, census, starts, tiers
 from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
 
@@ -39,9 +39,10 @@ class Sizes:
     scale_runs: int = 10_000
     broker: int = 20_000
     starts: int = 4_000
+    census: int = 100
 
 
-QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500, 2_000, 400)
+QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500, 2_000, 400, 20)
 
 
 @dataclass
@@ -277,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 results,
                 "chains",
             )
+            alternate([ours], 1, lambda s: census.chain_scripts(ours, log(s.name), sizes.census), results, "census")
         if "chord" in wanted:
             alternate(
                 [ours, bare, celery],
@@ -304,15 +306,44 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_tiers(results: Results) -> None:
-    """Where a chain step's CPU goes, tier by tier, for each system (medians, microseconds per step)."""
+    """Where a chain step's CPU goes, tier by tier, for each system (medians, microseconds per step),
+    its Redis commands (in all and by command), its publisher-confirm waits, and which store scripts
+    our steps run (the census)."""
     systems = [s for s in ("rabbit-pipelines", "dramatiq", "celery") if results.median("chains", s, "seconds")]
     if not systems:
         return
+    chain_metrics = {metric for case, system, metric in results.samples if case == "chains" and system in systems}
+    by_command = sorted(
+        m for m in chain_metrics if m.startswith("redis_") and m != "redis_commands_per_step" and "cpu" not in m
+    )
     print(f"\n{'chain step, per step':<28}" + "".join(f"{s:>18}" for s in systems))
-    for metric in (*(f"{t}_cpu_us_per_step" for t in tiers.TIERS), "total_cpu_us_per_step", "redis_commands_per_step"):
+    for metric in (
+        *(f"{t}_cpu_us_per_step" for t in tiers.TIERS),
+        "total_cpu_us_per_step",
+        "redis_commands_per_step",
+        *by_command,
+        "confirm_waits_per_step",
+        "worker_publishes_per_confirm_wait",
+    ):
         row = [results.median("chains", s, metric) for s in systems]
         label = metric.replace("_us_per_step", " (us)").replace("_per_step", "").replace("_", " ")
-        print(f"{label:<28}" + "".join(f"{'-' if v is None else f'{v:,.1f}':>18}" for v in row))
+        if metric in by_command:
+            label = "  " + metric.removeprefix("redis_").removesuffix("_per_step")
+        print(f"{label:<28}" + "".join(f"{'-' if v is None else f'{v:,.2f}':>18}" for v in row))
+    scripts = sorted(
+        m.removesuffix("_calls") for case, _, m in results.samples if case == "census" and m.endswith("_calls")
+    )
+    if scripts:
+        print("\nstore scripts per chain step (rabbit-pipelines; a short run read through MONITOR)")
+        for name in scripts:
+            calls = results.median("census", "rabbit-pipelines", f"{name}_calls") or 0.0
+            inner = [
+                (m.removeprefix(f"{name}_"), results.median("census", "rabbit-pipelines", m) or 0.0)
+                for case, _, m in results.samples
+                if case == "census" and m.startswith(f"{name}_") and m != f"{name}_calls"
+            ]
+            inside = ", ".join(f"{command.upper()} {count:.2f}" for command, count in inner)
+            print(f"  {name:<12} {calls:5.2f} calls; inside: {inside}")
 
 
 def print_table(results: Results, extra: dict[str, Any], rounds: int, sizes: Sizes, elapsed: float) -> None:

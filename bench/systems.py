@@ -7,6 +7,7 @@ minimal pika consumer, all with the same shape (processes x threads).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import tempfile
 import uuid
@@ -52,6 +53,7 @@ class Ours:
     ) -> None:
         self.name = name or self.name
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
+        self.counters_dir = Path(tempfile.mkdtemp(prefix="bench-counters-"))
         ratio = {} if sample_ratio is None else {"PIPELINES_TELEMETRY__SAMPLE_RATIO": str(sample_ratio)}
         self.env = (
             base_env()
@@ -66,6 +68,7 @@ class Ours:
                 "PIPELINES_METRICS__PORT": str(free_port()),
                 "PIPELINES_METRICS__MULTIPROCESS_DIR": self.metrics_dir,
                 "PIPELINES_LOGGING__LEVEL": "WARNING",
+                "BENCH_COUNTERS_DIR": str(self.counters_dir),
             }
         )
         # The producer side: this process builds the same app and declares the same actors (the first
@@ -76,8 +79,18 @@ class Ours:
         self.app = self.module.app
 
     def worker(self, log: Path) -> Worker:
+        for stale in self.counters_dir.glob("*.json"):
+            stale.unlink()
         command = [str(BIN / "dramatiq"), "bench.ours_worker:broker", "-p", str(PROCESSES), "-t", str(THREADS)]
         return Worker([command], self.env, log)
+
+    def worker_counts(self) -> dict[str, int]:
+        """Publishes and confirm waits of the last worker's processes over their lives, once it stopped."""
+        totals = {"publishes": 0, "confirm_waits": 0}
+        for path in self.counters_dir.glob("*.json"):
+            for name, count in json.loads(path.read_text()).items():
+                totals[name] += count
+        return totals
 
     def noops(self, key: str, n: int) -> None:
         messages = [self.module.noop.message(key) for _ in range(n)]

@@ -1,23 +1,28 @@
-"""CPU of each tier a step goes through (worker, RabbitMQ, Redis, producer) and Redis commands, read
-around a measurement so a case can report them per step.
+"""CPU of each tier a step goes through (worker, RabbitMQ, Redis, producer), Redis commands and publisher
+confirm waits, read around a measurement so a case can report them per step.
 
 CPU comes from the kernel's accounting (``/proc/<pid>/stat`` through psutil: user + system time) of
 the worker's whole process tree, of the RabbitMQ node (``beam.smp``) and the ``redis-server`` that
 listen on the benchmark's ports, and of this process (the producer). Redis commands are the
-total of ``INFO commandstats`` calls, scripts' inner commands included.
+differences of ``INFO commandstats`` (scripts' inner commands included), by command, less the
+benchmark's own (its readings and its polling of the counters it waits on).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import psutil
 
+from bench import common
 from bench.common import AMQP_URL, REDIS_URL, Worker, redis_client
 
 #: The tiers, as reported.
 TIERS = ("worker", "rabbitmq", "redis", "producer")
+#: Commands only the benchmark itself sends: its readings, and the set-up of its connections.
+OWN_COMMANDS = frozenset({"info", "client|setinfo", "select"})
 
 
 def _cpu_s(processes: list[psutil.Process]) -> float:
@@ -55,16 +60,19 @@ def _worker_tree(worker: Worker) -> list[psutil.Process]:
     return family
 
 
-def redis_commands() -> int:
-    """Commands Redis has run since its statistics were last reset."""
+def redis_commands() -> dict[str, int]:
+    """Calls of each command Redis has run since its statistics were last reset (``get``, ``evalsha``,
+    ``client|setinfo``...), the benchmark's own polls taken out."""
     stats = redis_client().info("commandstats")
-    return sum(int(entry["calls"]) for entry in stats.values())
+    calls = {name.removeprefix("cmdstat_"): int(entry["calls"]) for name, entry in stats.items()}
+    calls["get"] = calls.get("get", 0) - common.polls()
+    return {name: count for name, count in calls.items() if name not in OWN_COMMANDS}
 
 
 @dataclass
 class Reading:
     cpu_s: dict[str, float]
-    commands: int
+    commands: dict[str, int]
 
 
 def read(worker: Worker) -> Reading:
@@ -80,8 +88,15 @@ def read(worker: Worker) -> Reading:
 
 
 def per_step(before: Reading, after: Reading, steps: int) -> dict[str, float]:
-    """Microseconds of CPU per step for each tier, their total, and Redis commands per step."""
+    """Microseconds of CPU per step for each tier and their total; Redis commands per step, in all
+    (``redis_commands_per_step``) and by command (``redis_<command>_per_step``)."""
     figures = {f"{tier}_cpu_us_per_step": 1e6 * (after.cpu_s[tier] - before.cpu_s[tier]) / steps for tier in TIERS}
     figures["total_cpu_us_per_step"] = sum(figures.values())
-    figures["redis_commands_per_step"] = (after.commands - before.commands) / steps
+    commands = _differences(before.commands, after.commands)
+    figures["redis_commands_per_step"] = sum(commands.values()) / steps
+    figures |= {f"redis_{name}_per_step": count / steps for name, count in sorted(commands.items())}
     return figures
+
+
+def _differences(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    return {name: count - before.get(name, 0) for name, count in after.items() if count != before.get(name, 0)}

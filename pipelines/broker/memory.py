@@ -58,6 +58,8 @@ class MemoryBroker(HookDispatch, StubBroker):
         self.outbound = outbound
         self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         self.publish_count = 0
+        self.confirm_waits = 0
+        """Always 0: nothing to confirm in memory."""
         self._topology = TopologyCache(namespace=namespace, config=config)
         self._published_letters: list[RawDeadLetter] = []
         """Dead letters published with :meth:`dead_letter` (refused bodies, lost long-running jobs)."""

@@ -87,6 +87,12 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         """Publishes made so far (a fan-out is one)."""
         return self._publishing.count
 
+    @property
+    def confirm_waits(self) -> int:
+        """Publisher-confirm waits so far: one per batch written and confirmed together (the
+        publishes per wait show how much publishing threads share)."""
+        return self._publishing.confirm_waits
+
     # -- declaration ---------------------------------------------------------------------------
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:

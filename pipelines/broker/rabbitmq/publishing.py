@@ -45,6 +45,8 @@ class Publishing:
         self.topology = topology
         self.count = 0
         """Publishes made so far (a fan-out is one)."""
+        self.confirm_waits = 0
+        """Times a batch was written and its confirms awaited (threads publishing together share one)."""
         self._together: GroupCommit[list[Outgoing], list[Outgoing]] = GroupCommit(self._publish_together)
 
     def publish(self, batch: list[Outgoing]) -> None:
@@ -70,7 +72,7 @@ class Publishing:
         connection opened): its thread publishes that alone, with every retry and error of its own."""
         flat = [item for batch in batches for item in batch]
         try:
-            returned = set(self.connections.publisher().publish(flat))
+            returned = set(self._send(flat))
             settled = {id(item) for item in flat if item.message_id not in returned}
         except Refused as e:
             self.connections.drop()
@@ -93,7 +95,7 @@ class Publishing:
         while True:
             attempt += 1
             try:
-                returned = self.connections.publisher().publish(remaining)
+                returned = self._send(remaining)
             except Refused as e:
                 refusal = self._refusal(e)
                 refused_until = refused_until or time.monotonic() + REFUSED_RETRY_S
@@ -129,6 +131,12 @@ class Publishing:
             self.declarer.forget()
             self.declarer.ensure(self.topology())
             redeclared = True
+
+    def _send(self, batch: list[Outgoing]) -> list[str]:
+        """One attempt on this thread's connection (see ``ConfirmPublisher.publish``), counted."""
+        if self.connections.config.confirm_delivery and any(item.confirm for item in batch):
+            self.confirm_waits += 1
+        return self.connections.publisher().publish(batch)
 
     def _refusal(self, refused: Refused) -> PublishError:
         """QueueFull naming the full queue a refused publish was bound for, else the refusal itself."""

@@ -49,3 +49,18 @@ def test_concurrent_batches_arrive_once_each_even_when_some_of_them_are_returned
     assert failures == []
     depth = app.broker.queue_depth
     assert (depth(queues["echo"]), depth(queues["lost"])) == (THREADS * ROUNDS * ECHOES, THREADS * ROUNDS * LOST)
+
+
+@only_on("rabbitmq")
+def test_a_batch_is_one_confirm_wait_and_fire_and_forget_messages_wait_for_none(make_app: MakeApp) -> None:
+    app = make_app()
+    assert isinstance(app.broker, ExchangeBroker)
+    echo = dramatiq.actor(actor_name="echo", broker=app.broker)(lambda x: x)
+    quick = dramatiq.actor(actor_name="quick", broker=app.broker, profile="fire_and_forget")(lambda x: x)
+    app.broker.ensure_topology()
+    waits, publishes = app.broker.confirm_waits, app.broker.publish_count
+
+    app.broker.enqueue_many([echo.message(n) for n in range(ECHOES)])
+    app.broker.enqueue_many([quick.message(n) for n in range(ECHOES)])
+
+    assert (app.broker.confirm_waits - waits, app.broker.publish_count - publishes) == (1, 2 * ECHOES)

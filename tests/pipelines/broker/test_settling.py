@@ -24,10 +24,15 @@ class Channel:
 
 
 class Connection:
-    """Holds the flush callback until the test runs it, as the consumer's I/O loop would later."""
+    """Holds the flush callback until the test runs it, as the consumer's I/O loop would later (it is
+    its own wrapped connection and that connection's loop)."""
+
+    is_open = True
 
     def __init__(self) -> None:
         self.callbacks: list[Callable[[], None]] = []
+        self._impl = self
+        self.ioloop = self
 
     def add_callback_threadsafe(self, callback: Callable[[], None]) -> None:
         self.callbacks.append(callback)
