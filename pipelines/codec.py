@@ -121,8 +121,9 @@ def _check_fields(message: dramatiq.Message[Any]) -> None:
     Raises:
         DefinitionError: Naming the field.
     """
+    fields = message.asdict()
     for name, kind in _FIELD_TYPES.items():
-        value = getattr(message, name)
+        value = fields[name]
         if name == "args" and isinstance(value, tuple):
             continue
         if not isinstance(value, kind) or isinstance(value, bool):

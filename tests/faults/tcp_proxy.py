@@ -10,6 +10,8 @@ import contextlib
 import socket
 import threading
 
+from tests.ports import free_port
+
 
 class TcpProxy:
     """Forwards connections on a local port to ``target``; ``stop()``/``start()`` the way through."""
@@ -19,8 +21,8 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
-        with socket.create_server(("127.0.0.1", 0)) as probe:
-            self.port: int = probe.getsockname()[1]
+        # Outside the ephemeral range: while stopped, no outgoing connection can take the port.
+        self.port: int = free_port()
 
     def start(self) -> None:
         listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
