@@ -1,17 +1,19 @@
 """How a Redis Cluster run store spreads runs over its shards.
 
-    python -m bench.shards redis+cluster://127.0.0.1:7000 [--runs 10000]
+    python -m bench.shards redis+cluster://127.0.0.1:7000 [--runs 10000] [--callers 1]
 
 Creates ``--runs`` three-step chain runs (and claims and completes their first step) in a namespace of
 its own, then prints, per primary: its keys, the commands it served meanwhile (``INFO commandstats``)
 and the memory the runs take (``used_memory``), keys and commands also as ratios to an even share; and
 how many runs per second the store took (each run created, its first step claimed and completed, one
-call at a time). The namespace is deleted afterwards.
+call at a time in each of ``--callers`` processes, as that many producers and workers would). The
+namespace is deleted afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import time
 import uuid
 from collections.abc import Mapping
@@ -34,10 +36,34 @@ def _primaries(client: RedisCluster) -> dict[str, redis.Redis]:
     return {f"{n.host}:{n.port}": n.redis_connection for n in client.get_primaries() if n.redis_connection is not None}
 
 
+def _drive(url: str, namespace: str, count: int) -> None:
+    """Create ``count`` runs in batches, claiming and completing each one's first step: one caller."""
+    store = RedisRunStore(url=url, namespace=namespace, retention_s=3600)
+    try:
+        for first in range(0, count, BATCH):
+            runs = [
+                NewRun(
+                    run_id=uuid.uuid4().hex,
+                    pipeline="chain3",
+                    steps=[("0", "a"), ("1", "b"), ("2", "c")],
+                    starts={"1": '[{"node": "1"}]', "2": '[{"node": "2"}]'},
+                    entries={"1": ["1"], "2": ["2"]},
+                )
+                for _ in range(first, min(first + BATCH, count))
+            ]
+            store.create_runs(runs)
+            for run in runs:
+                store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
+                store.complete_step(run.run_id, "0", (), "1")
+    finally:
+        store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("url", help="the cluster's redis+cluster:// URL")
     parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--callers", type=int, default=1, help="processes sharing the runs (default 1)")
     options = parser.parse_args()
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     store = RedisRunStore(url=options.url, namespace=namespace, retention_s=3600)
@@ -48,21 +74,18 @@ def main() -> None:
     memory_before = {name: int(node.info("memory")["used_memory"]) for name, node in primaries.items()}
     started = time.perf_counter()
     try:
-        for first in range(0, options.runs, BATCH):
-            runs = [
-                NewRun(
-                    run_id=uuid.uuid4().hex,
-                    pipeline="chain3",
-                    steps=[("0", "a"), ("1", "b"), ("2", "c")],
-                    starts={"1": '[{"node": "1"}]', "2": '[{"node": "2"}]'},
-                    entries={"1": ["1"], "2": ["2"]},
-                )
-                for _ in range(first, min(first + BATCH, options.runs))
-            ]
-            store.create_runs(runs)
-            for run in runs:
-                store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
-                store.complete_step(run.run_id, "0", (), "1")
+        shares = [
+            options.runs // options.callers + (k < options.runs % options.callers) for k in range(options.callers)
+        ]
+        callers = [
+            multiprocessing.Process(target=_drive, args=(options.url, namespace, share)) for share in shares if share
+        ]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join()
+        if any(caller.exitcode for caller in callers):
+            raise SystemExit("a caller failed: see its traceback above")
         elapsed = time.perf_counter() - started
         memory = {
             name: int(node.info("memory")["used_memory"]) - memory_before[name] for name, node in primaries.items()
@@ -77,7 +100,8 @@ def main() -> None:
         client.close()
     print(
         f"{options.runs} runs over {len(primaries)} primaries in {elapsed:.1f} s ({options.runs / elapsed:.0f} runs/s "
-        "created, claimed and completed one call at a time); ratio: share / even share"
+        f"created, claimed and completed one call at a time by each of {options.callers} caller(s)); ratio: share / "
+        "even share"
     )
     print(f"{'primary':<22}{'keys':>10}{'ratio':>8}{'commands':>12}{'ratio':>8}{'memory MB':>11}")
     even_keys, even_commands = sum(keys.values()) / len(keys), sum(commands.values()) / len(commands)
