@@ -5,7 +5,7 @@ A delivery a worker held unacknowledged behind a busy thread for longer would ha
 by the node and come back, and the copy held would run as well.
 
 The sizes are kept small for the suite (about 45 s for the backlog, 15 s for the shutdown, 30 s for the
-node's boot); the environment sets others, for a run by hand at the sizes of issue 17 (about 4 min):
+node's boot); the environment sets others, for a run by hand at full size (a 10 s timeout, 20 s jobs: about 4 min):
 
     BACKLOG_CONSUMER_TIMEOUT_S=10 BACKLOG_JOB_S=20 BACKLOG_JOBS=6 \
         .venv/bin/pytest -s tests/faults/test_long_running_backlog.py
