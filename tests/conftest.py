@@ -13,6 +13,9 @@ partner (the embedded broker and store; RabbitMQ and Redis). The fixtures' types
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import pkgutil
 import socket
 import subprocess
 import warnings
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import dramatiq
 import pika
 import psycopg
@@ -43,6 +47,23 @@ from tests.housekeeping import (
     stop_leftover_processes,
 )
 from tests.stuck_servers import StuckServer
+
+
+def _import_anyio_whole() -> None:
+    """Import every module of anyio now, in the main thread, before a test starts a server thread.
+
+    pytest rewrites the asserts of every module of a distribution that ships a pytest plugin, and anyio
+    does, so each of its modules is compiled from source when first imported. anyio imports its modules
+    on first use, which in the console's tests happens in uvicorn's thread; CPython before 3.11.8
+    (gh-106905) can fail a compile with ``SystemError: AST constructor recursion depth mismatch`` when
+    another thread compiles at the same moment, and the console then drops the connection.
+    """
+    for module in pkgutil.walk_packages(anyio.__path__, "anyio."):
+        with contextlib.suppress(ImportError):  # a backend whose library is not installed (trio)
+            importlib.import_module(module.name)
+
+
+_import_anyio_whole()
 
 
 def _answers(url: str) -> bool:
