@@ -81,8 +81,8 @@ def test_a_dead_lettered_message_whose_ack_was_lost_with_its_connection_is_not_d
     def remember_then_cut(queue: str, body: bytes) -> None:
         remember(queue, body)
         if not cut.is_set():
-            cut.set()
             proxy.stop()  # the dead letter is out and remembered; its delivery's ack is not sent yet
+            cut.set()  # only now: the test starts the proxy again once this is set
 
     marks.remember = remember_then_cut  # type: ignore[method-assign]
     start_worker(app)
