@@ -18,7 +18,7 @@ import psutil
 
 from bench import broker_cost, cases, census, starts, tiers
 from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
-from bench.systems import BareDramatiq, Celery, Ours, RawPika, System
+from bench.systems import BareDramatiq, Celery, Ours, RawPika, System, delete_other_systems_queues
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Our system with every run traced (the others trace at the shipped sampling).
@@ -300,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         ours.app.broker.delete_topology()  # its quorum queues would otherwise stay on the broker
         ours.app.close()
+        delete_other_systems_queues()
     redis_client().flushdb()
     print_table(results, extra, args.rounds, sizes, time.monotonic() - started)
     return 0

@@ -42,6 +42,17 @@ def _purge(*queues: str) -> None:
                 channel = connection.channel()
 
 
+#: The queues the other systems declare (Dramatiq's with its delay and dead-letter queues, Celery's, pika's).
+OTHER_SYSTEMS_QUEUES = ("bench_bare", "bench_bare.DQ", "bench_bare.XQ", "bench_celery", "bench_raw")
+
+
+def delete_other_systems_queues() -> None:
+    """Delete the queues of the systems compared against, so a run leaves the broker as it found it."""
+    with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as connection:
+        for queue in OTHER_SYSTEMS_QUEUES:
+            connection.channel().queue_delete(queue)
+
+
 class Ours:
     """rabbit-pipelines with its full default middleware, tracing exported to a local receiver (at the
     shipped sampling unless ``sample_ratio`` is given), metrics."""
