@@ -58,8 +58,9 @@ def test_a_job_that_ends_normally_is_never_reported_as_taken_over(
     assert [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()] == []
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["finished", "failed-for-good"])
 def test_a_copy_of_a_job_that_ended_does_not_run_it_again(
-    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, fails: bool
 ) -> None:
     app = make_app()
     observer = observe(app)
@@ -68,14 +69,20 @@ def test_a_copy_of_a_job_that_ended_does_not_run_it_again(
     @dramatiq.actor(broker=app.broker, profile="long_running", max_retries=0)
     def export(table: str) -> None:
         ran.append(table)
+        if fails:
+            raise RuntimeError("disk full")
 
     start_worker(app)
     message = export.send("orders")
-    observer.wait_handled("export", 1)
+    if fails:
+        observer.wait_dead_lettered("export", 1)
+    else:
+        observer.wait_handled("export", 1)
     app.broker.enqueue(message)  # a duplicated publish, or a copy redelivered after the job ended
     observer.wait_handled("export", 2)
 
     assert ran == ["orders"]
+    assert len(app.dead_letters.list()) == (1 if fails else 0)
 
 
 def test_a_replayed_dead_letter_of_a_long_job_runs_again(
@@ -99,25 +106,3 @@ def test_a_replayed_dead_letter_of_a_long_job_runs_again(
     observer.wait_handled("export", 2)
 
     assert attempts == ["orders", "orders"]
-
-
-def test_a_copy_of_a_job_that_failed_for_good_does_not_run_it_again(
-    make_app: MakeApp, start_worker: StartWorker, observe: Observe
-) -> None:
-    app = make_app()
-    observer = observe(app)
-    attempts: list[str] = []
-
-    @dramatiq.actor(broker=app.broker, profile="long_running", max_retries=0)
-    def export(table: str) -> None:
-        attempts.append(table)
-        raise RuntimeError("disk full")
-
-    start_worker(app)
-    message = export.send("orders")
-    observer.wait_dead_lettered("export", 1)
-    app.broker.enqueue(message)  # a duplicated publish, or a copy redelivered after the job failed
-    observer.wait_handled("export", 2)
-
-    assert attempts == ["orders"]
-    assert len(app.dead_letters.list()) == 1

@@ -29,8 +29,9 @@ SETTLE_S = 30
 
 @pytest.fixture
 def refusing() -> Iterator[Callable[[str], Callable[[], None]]]:
-    """``refusing(queue)`` makes RabbitMQ nack publishes to ``queue`` while it holds a message; it
-    returns what lifts that. Every policy set is cleared after the test."""
+    """``refusing(queue)`` gives ``queue`` a policy of max length one with ``reject-publish``, so that
+    RabbitMQ nacks publishes to it once it is full (see ``_fill``); it returns what lifts the policy.
+    Every policy set is cleared after the test."""
     names: list[str] = []
 
     def ctl(*args: str) -> None:
@@ -69,7 +70,7 @@ def _fill(amqp_url: str, queue: str) -> int:
 
 @only_on("rabbitmq")
 def test_a_nacked_publish_is_sent_again_and_returns_once_rabbitmq_takes_it(
-    make_app: MakeApp, refusing: Callable[[str], Callable[[], None]], caplog: pytest.LogCaptureFixture
+    make_app: MakeApp, refusing: Callable[[str], Callable[[], None]]
 ) -> None:
     app = make_app()
     assert isinstance(app.broker, ExchangeBroker)
