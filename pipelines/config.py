@@ -135,11 +135,21 @@ class StoreConfig(_Section):
     idempotency_retention_s: int = Field(default=7 * 86400, ge=1)
     stalled_run_after_s: float | None = Field(default=None, gt=0)
     stalled_run_redrives: int = Field(default=3, ge=0)
+    wait_for_replicas: int = Field(default=0, ge=0, le=16)
+    replica_wait_ms: int = Field(default=100, ge=1, le=60_000)
 
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
         return check_redis_url(url)
+
+    @model_validator(mode="after")
+    def _replicas_to_wait_for(self) -> StoreConfig:
+        if self.wait_for_replicas and self.is_memory:
+            raise ValueError(
+                "the embedded store (memory://) has no replicas to wait for: leave store.wait_for_replicas at 0"
+            )
+        return self
 
     @property
     def is_memory(self) -> bool:

@@ -90,4 +90,10 @@ def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
     """The store ``config.url`` names: ``memory://`` (in process) or a Redis URL."""
     if config.is_memory:
         return embedded_store(namespace=namespace, retention_s=config.retention_s)
-    return RedisRunStore(url=config.url, namespace=namespace, retention_s=config.retention_s)
+    return RedisRunStore(
+        url=config.url,
+        namespace=namespace,
+        retention_s=config.retention_s,
+        wait_for_replicas=config.wait_for_replicas,
+        replica_wait_ms=config.replica_wait_ms,
+    )

@@ -53,6 +53,7 @@ from pipelines.store.base import (
 )
 from pipelines.store.feed import RedisRunFeed, wait_on_channel
 from pipelines.store.index import RunIndex
+from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.scripting import Scripts
 from pipelines.store.stalls import RunStalls
 from pipelines.store.thread_clients import ThreadClients
@@ -75,11 +76,19 @@ class RedisRunStore:
     """Every role of :class:`~pipelines.store.roles.RunStore`, on Redis.
 
     ``client`` is a client built already (the embedded mode's in-process server); ``url`` then only
-    names it in errors.
+    names it in errors. With ``wait_for_replicas``, run creation, a step's completion or failure and a
+    run's end wait up to ``replica_wait_ms`` for that many replicas (:mod:`~pipelines.store.replica_wait`).
     """
 
     def __init__(
-        self, *, url: str, namespace: str, retention_s: int, client: redis.Redis | RedisCluster | None = None
+        self,
+        *,
+        url: str,
+        namespace: str,
+        retention_s: int,
+        client: redis.Redis | RedisCluster | None = None,
+        wait_for_replicas: int = 0,
+        replica_wait_ms: int = 100,
     ) -> None:
         self._url = url
         self._namespace = namespace
@@ -91,7 +100,10 @@ class RedisRunStore:
             client = _plain_client(url)
             self._thread_clients = ThreadClients(lambda: _plain_client(url, single_connection_client=True))
         self._redis: redis.Redis | RedisCluster = client
-        self._scripts = Scripts(client, thread_clients=self._thread_clients)
+        self.replica_wait = (
+            ReplicaWait(replicas=wait_for_replicas, timeout_ms=replica_wait_ms, url=url) if wait_for_replicas else None
+        )
+        self._scripts = Scripts(client, thread_clients=self._thread_clients, replica_wait=self.replica_wait)
         self._index = RunIndex(
             client=self._redis, namespace=namespace, retention_ms=self._retention_ms, answering=self._answering
         )
@@ -124,10 +136,11 @@ class RedisRunStore:
     def _answering(self) -> AbstractContextManager[None]:
         return answering(self._url)
 
-    def _run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`)."""
+    def _run(self, script: Script, keys: list[str], args: list[Any], *, replicated: bool = False) -> Any:
+        """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`); a ``replicated``
+        one waits for replicas where the store does."""
         with self._answering():
-            return self._scripts.run(script, keys, args)
+            return self._scripts.run(script, keys, args, replicated=replicated)
 
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
@@ -169,7 +182,11 @@ class RedisRunStore:
             self._index.add(pipe, runs)
 
         with self._answering():
-            created = self._scripts.execute(fill)[: len(runs)]
+            if self._scripts.waits_per_node:  # each shard's creations with their WAIT, then the index
+                created = self._scripts.run_many(self._create, arguments, replicated=True)
+                self._scripts.execute(lambda pipe: self._index.add(pipe, runs))
+            else:
+                created = self._scripts.execute(fill, replicated=True)[: len(runs)]
         return [replies.create(reply) for reply in created]
 
     def recent_runs(self, limit: int) -> list[str]:
@@ -195,20 +212,22 @@ class RedisRunStore:
     ) -> Advance:
         frames = orjson.dumps([f.to_json() for f in up])
         args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent]
-        return replies.complete(self._run(self._complete, [self._key(run_id)], args))
+        return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
 
     def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
         args = [node, error, "1" if final else "0", self._retention_ms]
-        return replies.fail(self._run(self._fail, [self._key(run_id)], args))
+        return replies.fail(self._run(self._fail, [self._key(run_id)], args, replicated=True))
 
     def fail_run(self, run_id: str, error: str) -> None:
-        replies.finish(self._run(self._finish, [self._key(run_id)], ["failed", error, self._retention_ms]))
+        args = ["failed", error, self._retention_ms]
+        replies.finish(self._run(self._finish, [self._key(run_id)], args, replicated=True))
 
     def enforce_deadline(self, run_id: str) -> DeadlineCheck:
         return replies.deadline(self._run(self._deadline, [self._key(run_id)], [self._retention_ms]))
 
     def cancel_run(self, run_id: str) -> bool:
-        return replies.finish(self._run(self._finish, [self._key(run_id)], ["cancelled", "", self._retention_ms]))
+        args = ["cancelled", "", self._retention_ms]
+        return replies.finish(self._run(self._finish, [self._key(run_id)], args, replicated=True))
 
     def get_run(self, run_id: str) -> RunStatus | None:
         key = self._key(run_id)

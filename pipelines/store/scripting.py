@@ -1,21 +1,38 @@
 """How the run store sends its Lua scripts to Redis: calls of threads made at the same time sent
 together on one thread's own connection (:mod:`pipelines.store.thread_clients` says why not the pool),
-pipelines that go by SHA, and the script's text where a shard may not have it.
+pipelines that go by SHA, the script's text where a shard may not have it, and ``WAIT`` for replicas
+after durable writes (:mod:`pipelines.store.replica_wait`), in the same round trip on the same
+connection.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from importlib import resources
 from typing import Any, cast
 
 import hiredis
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
 
 from pipelines.group_commit import GroupCommit, NotDone
+from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.thread_clients import ThreadClients
+
+#: What a cluster node answers to a script sent to it directly that it did not run (the slot moved, the
+#: node is failing over, no longer a primary, or gone): the call goes again through the cluster client,
+#: which follows the cluster.
+_SEND_AGAIN = (
+    redis.exceptions.MovedError,
+    redis.exceptions.AskError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
 
 
 class _Failed:
@@ -26,12 +43,20 @@ class _Failed:
 
 
 class Scripts:
-    """The store's scripts on ``client``; ``thread_clients``, when given, carry the single calls."""
+    """The store's scripts on ``client``; ``thread_clients``, when given, carry the single calls;
+    ``replica_wait``, when given, follows every call made ``replicated``."""
 
-    def __init__(self, client: redis.Redis | RedisCluster, *, thread_clients: ThreadClients | None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis | RedisCluster,
+        *,
+        thread_clients: ThreadClients | None,
+        replica_wait: ReplicaWait | None = None,
+    ) -> None:
         self._client = client
         self._cluster = isinstance(client, RedisCluster)
         self._thread_clients = thread_clients
+        self._wait = replica_wait
         self._registered: list[Script] = []
         self._together = GroupCommit(self._run_together) if thread_clients is not None else None
         self._pipelines = GroupCommit(self._execute_together) if thread_clients is not None else None
@@ -43,45 +68,131 @@ class Scripts:
         self._registered.append(script)
         return script
 
-    def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    @property
+    def waits_per_node(self) -> bool:
+        """Replicated calls go to each cluster node directly (see :meth:`run_many`)."""
+        return self._cluster and self._wait is not None
+
+    def run(self, script: Script, keys: list[str], args: list[Any], *, replicated: bool = False) -> Any:
         """``script``'s raw reply. Calls that threads make at the same time go to Redis together, in one
         pipeline on the connection of the thread that sends them (group commit); each thread gets its
-        own reply, or its own script's error."""
+        own reply, or its own script's error. A ``replicated`` call is followed by ``WAIT`` where the
+        store waits for replicas."""
+        waits = replicated and self._wait is not None
         if self._together is None:
+            if waits:
+                return self.run_many(script, [(keys, args)], replicated=True)[0]
             return script(keys=keys, args=args, client=self._own_client())
-        reply = self._together.submit((script, keys, args))
+        reply = self._together.submit((script, keys, args, waits))
         if isinstance(reply, NotDone):  # the shared send failed in another thread: this call alone
-            return script(keys=keys, args=args, client=self._own_client())
+            own = self._own_client()
+            if waits and own is not None:
+                return _raised(self._run_waiting(own, script, [(keys, args)]))[0]
+            return script(keys=keys, args=args, client=own)
         if isinstance(reply, _Failed):
             raise reply.error
         return reply
+
+    def run_many(
+        self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], *, replicated: bool = False
+    ) -> list[Any]:
+        """The raw replies of ``script`` called with each of ``calls``, in one round trip per Redis server,
+        each followed by ``WAIT`` where ``replicated`` and the store waits; the first error reply raised."""
+        if not (replicated and self._wait is not None):
+
+            def fill(pipe: Any) -> None:
+                for keys, args in calls:
+                    self.queue(pipe, script, keys, args)
+
+            return self.execute(fill)
+        if isinstance(self._client, RedisCluster):
+            return _raised(self._run_waiting_per_node(self._client, script, calls))
+        return _raised(self._run_waiting(self._own_client() or self._client, script, calls))
+
+    def _run_waiting(
+        self, client: redis.Redis, script: Script, calls: Sequence[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        """``calls`` of ``script`` and ``WAIT`` in one pipeline on one of ``client``'s connections."""
+        assert self._wait is not None
+        for attempt in (1, 2):
+            pipe: Any = client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command(*self._wait.command)
+            sent: list[Any] = pipe.execute(raise_on_error=False)
+            replies, acknowledged = sent[:-1], sent[-1]
+            if attempt == 1 and any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
+                client.script_load(script.script)  # none of them ran (Redis restarted): send them again
+                continue
+            writes = sum(not isinstance(reply, Exception) for reply in replies)
+            if writes:
+                self._wait.acknowledged(acknowledged, writes)
+            return replies
+        raise AssertionError("unreachable")
+
+    def _run_waiting_per_node(
+        self, client: RedisCluster, script: Script, calls: Sequence[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        """``calls`` grouped by the primary of their first key's slot, each group with its ``WAIT`` on one
+        connection to that primary. A call the node did not take (its slot moved, it is failing over, it
+        does not answer) goes again through the cluster client, which follows the cluster: that one is
+        not waited for, and is counted short."""
+        assert self._wait is not None
+        groups: dict[str, tuple[ClusterNode, list[int]]] = {}
+        for index, (keys, _) in enumerate(calls):
+            node: ClusterNode = cast(Any, client).get_node_from_key(keys[0])
+            groups.setdefault(node.name, (node, []))[1].append(index)
+        replies: list[Any] = [None] * len(calls)
+        for node, indexes in groups.values():
+            connection = client.get_redis_connection(node)
+            try:
+                node_replies = self._run_waiting(connection, script, [calls[index] for index in indexes])
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                node_replies = [e] * len(indexes)
+            for index, reply in zip(indexes, node_replies, strict=True):
+                replies[index] = reply
+                if isinstance(reply, _SEND_AGAIN):
+                    replies[index] = _reply_or_error(partial(script, *calls[index], client=client))
+                    self._wait.unconfirmed(1)
+        return replies
 
     def _own_client(self) -> redis.Redis | None:
         """This thread's connection, or None (the registered client) where threads share a pool."""
         return self._thread_clients.get() if self._thread_clients is not None else None
 
-    def _run_together(self, calls: Sequence[tuple[Script, list[str], list[Any]]]) -> list[Any]:
+    def _run_together(self, calls: Sequence[tuple[Script, list[str], list[Any], bool]]) -> list[Any]:
         client = self._own_client()
         assert client is not None  # combined only where threads have their own connections
-        if len(calls) == 1:  # alone: no pipeline to build
-            script, keys, args = calls[0]
+        waited = sum(waits for *_, waits in calls)
+        if len(calls) == 1 and not waited:  # alone: no pipeline to build
+            script, keys, args, _ = calls[0]
             try:
                 return [script(keys=keys, args=args, client=client)]
             except redis.exceptions.ResponseError as e:  # the script's own error, raised in its thread
                 return [_Failed(e)]
-        pipe = client.pipeline(transaction=False)
-        for script, keys, args in calls:
+        pipe: Any = client.pipeline(transaction=False)
+        for script, keys, args, _ in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
+        if waited and self._wait is not None:
+            pipe.execute_command(*self._wait.command)  # after them all, on the connection that wrote
         replies = _send(client, pipe.command_stack)
+        acknowledged = replies.pop() if waited else None
+        ran_again = False
         for index, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError):  # Redis restarted: it did not run
-                script, keys, args = calls[index]
+                script, keys, args, _ = calls[index]
+                ran_again = True
                 try:
                     replies[index] = script(keys=keys, args=args, client=client)  # loads it, then runs it
                 except redis.exceptions.ResponseError as e:
                     replies[index] = _Failed(e)
             elif isinstance(reply, redis.exceptions.ResponseError):
                 replies[index] = _Failed(reply)
+        wait = self._wait
+        if waited and wait is not None:
+            if ran_again:  # those writes came after the WAIT: wait for them too
+                acknowledged = _reply_or_error(partial(cast(Any, client).execute_command, *wait.command))
+            wait.acknowledged(acknowledged, waited)
         return replies
 
     def queue(self, pipe: Any, script: Script, keys: list[str], args: list[Any]) -> None:
@@ -93,44 +204,56 @@ class Scripts:
         else:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
 
-    def execute(self, fill: Callable[[Any], None]) -> list[Any]:
+    def execute(self, fill: Callable[[Any], None], *, replicated: bool = False) -> list[Any]:
         """Fill a pipeline (no transaction) and send it in one round trip; the replies of what ``fill``
         queued. Pipelines that threads send at the same time go as one, on the sending thread's own
-        connection (group commit), and each thread gets its own replies or its own first error.
+        connection (group commit), and each thread gets its own replies or its own first error. A
+        ``replicated`` pipeline is followed by ``WAIT`` where the store waits for replicas, except on a
+        Redis Cluster, whose pipelines spread over several connections (use :meth:`run_many`).
 
         redis-py's own script pipelines ask Redis whether their scripts are cached before every send (a
         round trip more each time); here scripts go by SHA and, only when Redis has lost them (it
         restarted), are loaded and the pipeline sent again. NOSCRIPT fails every script call of the
         pipeline, so no script ran twice; what else it holds must write idempotently (index entries, TTLs).
         """
+        waits = replicated and self._wait is not None and not self._cluster
         if self._pipelines is None:
-            return self._execute_alone(fill, self._client)
-        replies = self._pipelines.submit(fill)
+            return self._execute_alone(fill, self._client, waits)
+        replies = self._pipelines.submit((fill, waits))
         if isinstance(replies, NotDone):  # the shared send failed in another thread: this pipeline alone
-            return self._execute_alone(fill, self._own_client() or self._client)
+            return self._execute_alone(fill, self._own_client() or self._client, waits)
         if isinstance(replies, _Failed):
             raise replies.error
         return replies
 
-    def _execute_alone(self, fill: Callable[[Any], None], client: redis.Redis | RedisCluster) -> list[Any]:
+    def _execute_alone(
+        self, fill: Callable[[Any], None], client: redis.Redis | RedisCluster, waits: bool = False
+    ) -> list[Any]:
         for attempt in (1, 2):
-            pipe = client.pipeline(transaction=False)
+            pipe: Any = client.pipeline(transaction=False)
             fill(pipe)
+            if waits and self._wait is not None:
+                pipe.execute_command(*self._wait.command)
             try:
-                return cast(list[Any], pipe.execute())
+                replies = cast(list[Any], pipe.execute())
             except redis.exceptions.NoScriptError:
                 if attempt == 2:
                     raise
                 self._load_scripts()
+                continue
+            if waits and self._wait is not None:
+                self._wait.acknowledged(replies.pop())
+            return replies
         raise AssertionError("unreachable")
 
-    def _execute_together(self, fills: Sequence[Callable[[Any], None]]) -> list[list[Any] | _Failed]:
+    def _execute_together(self, fills: Sequence[tuple[Callable[[Any], None], bool]]) -> list[list[Any] | _Failed]:
         client = self._own_client()
         assert client is not None  # combined only where threads have their own connections
+        waited = sum(waits for _, waits in fills) if self._wait is not None else 0
         for attempt in (1, 2):
-            pipe = client.pipeline(transaction=False)
+            pipe: Any = client.pipeline(transaction=False)
             spans: list[tuple[int, int] | _Failed] = []
-            for fill in fills:
+            for fill, _ in fills:
                 start = len(pipe.command_stack)
                 try:
                     fill(pipe)
@@ -139,10 +262,15 @@ class Scripts:
                     spans.append(_Failed(e))
                     continue
                 spans.append((start, len(pipe.command_stack)))
+            asked = waited and pipe.command_stack and self._wait is not None
+            if asked and self._wait is not None:
+                pipe.execute_command(*self._wait.command)  # after them all, on the connection that wrote
             replies = _send(client, pipe.command_stack) if pipe.command_stack else []
             if attempt == 1 and any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
                 self._load_scripts()  # no script of the pipeline ran: send it all again
                 continue
+            if asked and self._wait is not None:
+                self._wait.acknowledged(replies.pop(), waited)
             return [span if isinstance(span, _Failed) else _own_replies(replies[span[0] : span[1]]) for span in spans]
         raise AssertionError("unreachable")
 
@@ -172,6 +300,22 @@ def _send(client: redis.Redis, stack: Sequence[tuple[tuple[Any, ...], dict[str, 
         return replies
 
     replies: list[Any] = connection.retry.call_with_retry(attempt, lambda _error: connection.disconnect())
+    return replies
+
+
+def _reply_or_error(call: Callable[[], Any]) -> Any:
+    """``call``'s reply, or its Redis error in its place."""
+    try:
+        return call()
+    except redis.exceptions.RedisError as e:
+        return e
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """``replies``, or the first error among them raised."""
+    error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+    if error is not None:
+        raise error
     return replies
 
 

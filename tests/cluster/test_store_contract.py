@@ -1,7 +1,9 @@
 """The run store's whole contract, every role, on the local Redis Cluster (``redis+cluster://``).
 
 The contract's tests are the ones every backend passes (tests/pipelines/store); here their ``store``
-is a store on the cluster, so each script must touch one slot and every command must be routed.
+is a store on the cluster, so each script must touch one slot and every command must be routed. It
+waits for one replica (``store.wait_for_replicas``), as a store on a cluster with replicas may: its
+durable writes then go to each shard's primary directly, each with its ``WAIT``, and must mean the same.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ def store_namespace() -> str:
 
 @pytest.fixture
 def store(redis_cluster: LocalRedisCluster, store_namespace: str) -> Iterator[RedisRunStore]:
-    made = RedisRunStore(url=cluster_url(redis_cluster), namespace=store_namespace, retention_s=RETENTION_S)
+    url = cluster_url(redis_cluster)
+    made = RedisRunStore(url=url, namespace=store_namespace, retention_s=RETENTION_S, wait_for_replicas=1)
     yield made
+    assert made.replica_wait is not None
+    assert made.replica_wait.short == 0, "a replica in sync did not acknowledge a write in time"
     made.delete_namespace()
     made.close()
 

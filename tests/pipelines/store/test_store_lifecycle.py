@@ -133,7 +133,7 @@ def test_a_shared_send_after_redis_lost_its_scripts_loads_them_and_runs_every_ca
     redis_store.create_runs(runs)
     redis.Redis.from_url(REDIS_URL).script_flush()  # what a restart without persistence leaves
     claim = redis_store._claim
-    calls = [(claim, [run_key(store_namespace, run.run_id)], ["0.0.0", 60_000, 1]) for run in runs]
+    calls = [(claim, [run_key(store_namespace, run.run_id)], ["0.0.0", 60_000, 1], False) for run in runs]
 
     replies = redis_store._scripts._run_together(calls)  # what threads claiming at once send together
 
@@ -159,7 +159,8 @@ def test_pipelines_sent_together_give_each_caller_its_own_replies_or_its_own_err
     def breaks(pipe: redis.client.Pipeline) -> None:
         raise ValueError("cannot fill")
 
-    replies = redis_store._scripts._execute_together([counts, not_a_number, breaks, counts])
+    fills = [counts, not_a_number, breaks, counts]
+    replies = redis_store._scripts._execute_together([(fill, False) for fill in fills])
 
     assert replies[0] == [1, 2]
     assert isinstance(replies[1], _Failed)

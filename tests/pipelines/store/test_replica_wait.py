@@ -1,0 +1,229 @@
+"""Waiting for replicas (``store.wait_for_replicas``) on a Redis primary with one replica, both started
+here: which writes are followed by ``WAIT`` (counted by the primary itself, ``INFO commandstats``), that
+each is on its replica when the call returns, and what a replica that does not answer costs: the call
+returns after ``replica_wait_ms``, the write stands on the primary, and it is counted and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from pipelines.config import StoreConfig
+from pipelines.naming import run_key
+from pipelines.plan import Frame
+from pipelines.store import NewRun, RedisRunStore, make_store
+from pipelines.store.replica_wait import ReplicaWait
+from tests.housekeeping import fresh_namespace, start_process, stop_process
+from tests.ports import free_port
+
+NewChord = Callable[..., NewRun]
+WAIT_MS = 300
+LEASE_MS = 60_000
+#: Longest a server started here may take to answer, or a replica to be in sync.
+START_S = 20.0
+
+
+class Server:
+    """A ``redis-server`` on a port of its own, keeping nothing on disk."""
+
+    def __init__(self, directory: Path, *options: str) -> None:
+        self.port = free_port()
+        directory.mkdir()
+        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+        self.process = start_process([*command, "no", "--dir", str(directory), *options], stdout=subprocess.DEVNULL)
+        self.client = redis.Redis(port=self.port)
+        self.await_condition(self._answers, "to answer")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _answers(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except redis.ConnectionError:
+            return False
+
+    def await_condition(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + START_S
+        while not condition():
+            assert time.monotonic() < deadline, f"redis-server on {self.port} did not come {what} in {START_S} s"
+            time.sleep(0.05)
+
+    def waits(self) -> int:
+        """How many WAITs this server has served."""
+        return int(self.client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+    def stop(self) -> None:
+        self.client.close()
+        stop_process(self.process, timeout_s=5)
+
+
+@pytest.fixture(scope="module")
+def primary_and_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    directory = tmp_path_factory.mktemp("replica_wait")
+    primary = Server(directory / "primary", "--repl-diskless-sync-delay", "0")  # the replica syncs at once
+    replica = Server(directory / "replica", "--replicaof", "127.0.0.1", str(primary.port))
+    replica.await_condition(lambda: replica.client.info("replication")["master_link_status"] == "up", "in sync")
+    yield primary, replica
+    replica.stop()
+    primary.stop()
+
+
+@pytest.fixture
+def primary(primary_and_replica: tuple[Server, Server]) -> Server:
+    return primary_and_replica[0]
+
+
+@pytest.fixture
+def replica(primary_and_replica: tuple[Server, Server]) -> Server:
+    return primary_and_replica[1]
+
+
+@pytest.fixture
+def waiting_store(primary: Server, store_namespace: str) -> Iterator[RedisRunStore]:
+    """A store on the primary that waits for its one replica (``replica_wait_ms`` 300), as configured."""
+    config = StoreConfig(url=primary.url, retention_s=3600, wait_for_replicas=1, replica_wait_ms=WAIT_MS)
+    store = make_store(config, namespace=store_namespace)
+    assert isinstance(store, RedisRunStore)
+    yield store
+    store.delete_namespace()
+    store.close()
+
+
+@pytest.fixture
+def stopped_replica(replica: Server) -> Iterator[Server]:
+    """The replica, SIGSTOPped (it keeps its link but acknowledges nothing) until the test ends."""
+    os.kill(replica.process.pid, signal.SIGSTOP)
+    try:
+        yield replica
+    finally:
+        os.kill(replica.process.pid, signal.SIGCONT)
+
+
+def _step_state(server: Server, namespace: str, run: NewRun, node: str) -> str:
+    """A step's state as ``server`` has it ("" when it has not the step)."""
+    raw = server.client.hget(f"{run_key(namespace, run.run_id)}:steps", node)
+    return "" if raw is None else str(orjson.loads(raw)["s"])
+
+
+def test_creation_completion_failure_and_cancel_wait_for_the_replica_and_claims_do_not(
+    waiting_store: RedisRunStore, primary: Server, replica: Server, new_chord: NewChord, store_namespace: str
+) -> None:
+    run, other = new_chord(2), new_chord(1)
+    waiting_store.create_run(new_chord(1))  # loads the scripts (a pipeline that met NOSCRIPT goes twice)
+    before = primary.waits()
+
+    waiting_store.create_runs([run, other])
+    assert replica.client.exists(run_key(store_namespace, run.run_id))
+    assert primary.waits() - before == 1  # one WAIT for the batch
+
+    assert waiting_store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS).kind == "run"
+    assert primary.waits() - before == 1  # a claim does not wait: a lost one only lets a step run again
+
+    waiting_store.complete_step(run.run_id, "0.0.0", [Frame("p", "0.0", 0, 2), Frame("c", "0", 0, 2)], "1")
+    assert _step_state(replica, store_namespace, run, "0.0.0") == "succeeded"
+    waiting_store.fail_step(run.run_id, "0.0.1", "boom", final=True)
+    waiting_store.cancel_run(other.run_id)
+    assert primary.waits() - before == 4
+    assert waiting_store.replica_wait is not None
+    assert waiting_store.replica_wait.short == 0
+
+
+def test_calls_made_together_share_a_wait_and_each_gets_its_own_reply(
+    waiting_store: RedisRunStore, primary: Server, new_chord: NewChord
+) -> None:
+    runs = [new_chord(1) for _ in range(16)]
+    waiting_store.create_runs(runs)
+    for run in runs:
+        waiting_store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS)
+    before = primary.waits()
+    outcomes: dict[str, str] = {}
+
+    def complete(run: NewRun) -> None:
+        frames = [Frame("p", "0.0", 0, 1), Frame("c", "0", 0, 2)]
+        outcomes[run.run_id] = waiting_store.complete_step(run.run_id, "0.0.0", frames, '"v"').kind
+
+    threads = [threading.Thread(target=complete, args=(run,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert set(outcomes.values()) == {"start"}, outcomes  # each released its callback
+    assert len(outcomes) == len(runs)
+    assert 1 <= primary.waits() - before <= len(runs)
+
+
+def test_a_replica_that_does_not_acknowledge_costs_the_wait_and_is_reported_not_failed(
+    waiting_store: RedisRunStore,
+    primary: Server,
+    stopped_replica: Server,
+    new_chord: NewChord,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = new_chord(1)
+    caplog.set_level(logging.WARNING, logger="pipelines.store")
+
+    started = time.monotonic()
+    assert waiting_store.create_run(run) == (run.run_id, True)
+    waited_s = time.monotonic() - started
+
+    assert waited_s >= WAIT_MS / 1000
+    assert waiting_store.get_run(run.run_id) is not None  # it stands on the primary
+    assert waiting_store.replica_wait is not None
+    assert waiting_store.replica_wait.short == 1
+    warning = [record.getMessage() for record in caplog.records if record.name == "pipelines.store"]
+    assert len(warning) == 1
+    assert f"127.0.0.1:{primary.port}" in warning[0]
+    assert "acknowledged by 0 of the 1 replica(s)" in warning[0]
+    assert "INFO replication" in warning[0]
+
+
+def test_a_store_that_does_not_wait_sends_no_wait(primary: Server, new_chord: NewChord) -> None:
+    store = make_store(StoreConfig(url=primary.url, retention_s=3600), namespace=fresh_namespace())
+    assert isinstance(store, RedisRunStore)
+    try:
+        before = primary.waits()
+        run = new_chord(1)
+        store.create_run(run)
+        store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS)
+        store.complete_step(run.run_id, "0.0.0", [Frame("p", "0.0", 0, 1), Frame("c", "0", 0, 2)], "1")
+        assert primary.waits() == before
+        assert store.replica_wait is None
+    finally:
+        store.delete_namespace()
+        store.close()
+
+
+def test_warnings_of_short_waits_are_at_most_one_per_interval_and_count_them_all(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wait = ReplicaWait(replicas=2, timeout_ms=50, url="redis://user:secret@db:6379/0")
+    caplog.set_level(logging.WARNING, logger="pipelines.store")
+
+    wait.acknowledged(2, 5)
+    wait.acknowledged(1, 3)
+    wait.acknowledged(b"ERR", 1)  # not a count: none acknowledged
+
+    assert wait.short == 4
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 1
+    assert "3 write(s)" in messages[0]
+    assert "secret" not in messages[0]
+
+
+def test_the_embedded_store_refuses_a_wait_for_replicas() -> None:
+    with pytest.raises(ValueError, match="no replicas to wait for"):
+        StoreConfig(url="memory://", wait_for_replicas=1)
