@@ -222,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-tracing", action="store_true", help="run our workers without tracing (to see what tracing costs)"
     )
+    parser.add_argument(
+        "--wait-for-replicas",
+        type=int,
+        default=0,
+        help="our store waits for this many replicas (store.wait_for_replicas; BENCH_REDIS_URL must have them)",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else Sizes()
     wanted = set(
@@ -247,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"machine: {platform.platform()}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB;"
         f" workers {PROCESSES} processes x {THREADS} threads; rounds {args.rounds}; logs {logs}"
+        + (f"; our store waits for {args.wait_for_replicas} replica(s)" if args.wait_for_replicas else "")
     )
     with otlp_sink() as endpoint:
-        ours, bare, celery, pika = Ours(endpoint, tracing=not args.no_tracing), BareDramatiq(), Celery(), RawPika()
+        ours = Ours(endpoint, tracing=not args.no_tracing, wait_for_replicas=args.wait_for_replicas)
+        bare, celery, pika = BareDramatiq(), Celery(), RawPika()
         fully_traced = [] if args.no_tracing else [Ours(endpoint, sample_ratio=1.0, name=FULLY_TRACED)]
         log = lambda name: logs / f"{name}.log"  # noqa: E731
         if "startup" in wanted:

@@ -1,13 +1,15 @@
 """How a Redis Cluster run store spreads runs over its shards.
 
-    python -m bench.shards redis+cluster://127.0.0.1:7000 [--runs 10000] [--callers 1]
+    python -m bench.shards redis+cluster://127.0.0.1:7000 [--runs 10000] [--callers 1] [--wait-for-replicas 0]
 
 Creates ``--runs`` three-step chain runs (and claims and completes their first step) in a namespace of
 its own, then prints, per primary: its keys, the commands it served meanwhile (``INFO commandstats``)
 and the memory the runs take (``used_memory``), keys and commands also as ratios to an even share; and
 how many runs per second the store took (each run created, its first step claimed and completed, one
-call at a time in each of ``--callers`` processes, as that many producers and workers would). The
-namespace is deleted afterwards.
+call at a time in each of ``--callers`` processes, as that many producers and workers would). With
+``--wait-for-replicas N`` the store waits for N replicas after each creation and completion, as
+``store.wait_for_replicas`` makes it: compare the runs/s with and without. The namespace is deleted
+afterwards.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ def _primaries(client: RedisCluster) -> dict[str, redis.Redis]:
     return {f"{n.host}:{n.port}": n.redis_connection for n in client.get_primaries() if n.redis_connection is not None}
 
 
-def _drive(url: str, namespace: str, count: int) -> None:
+def _drive(url: str, namespace: str, count: int, wait_for_replicas: int) -> None:
     """Create ``count`` runs in batches, claiming and completing each one's first step: one caller."""
-    store = RedisRunStore(url=url, namespace=namespace, retention_s=3600)
+    store = RedisRunStore(url=url, namespace=namespace, retention_s=3600, wait_for_replicas=wait_for_replicas)
     try:
         for first in range(0, count, BATCH):
             runs = [
@@ -55,6 +57,9 @@ def _drive(url: str, namespace: str, count: int) -> None:
             for run in runs:
                 store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
                 store.complete_step(run.run_id, "0", (), "1")
+        short = store.replica_wait.short if store.replica_wait is not None else 0
+        if short:
+            print(f"a caller: {short} write(s) acknowledged by fewer replicas than asked within the wait")
     finally:
         store.close()
 
@@ -64,6 +69,9 @@ def main() -> None:
     parser.add_argument("url", help="the cluster's redis+cluster:// URL")
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--callers", type=int, default=1, help="processes sharing the runs (default 1)")
+    parser.add_argument(
+        "--wait-for-replicas", type=int, default=0, help="as store.wait_for_replicas (default 0: no wait)"
+    )
     options = parser.parse_args()
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     store = RedisRunStore(url=options.url, namespace=namespace, retention_s=3600)
@@ -78,7 +86,9 @@ def main() -> None:
             options.runs // options.callers + (k < options.runs % options.callers) for k in range(options.callers)
         ]
         callers = [
-            multiprocessing.Process(target=_drive, args=(options.url, namespace, share)) for share in shares if share
+            multiprocessing.Process(target=_drive, args=(options.url, namespace, share, options.wait_for_replicas))
+            for share in shares
+            if share
         ]
         for caller in callers:
             caller.start()
@@ -100,8 +110,8 @@ def main() -> None:
         client.close()
     print(
         f"{options.runs} runs over {len(primaries)} primaries in {elapsed:.1f} s ({options.runs / elapsed:.0f} runs/s "
-        f"created, claimed and completed one call at a time by each of {options.callers} caller(s)); ratio: share / "
-        "even share"
+        f"created, claimed and completed one call at a time by each of {options.callers} caller(s), waiting for "
+        f"{options.wait_for_replicas} replica(s)); ratio: share / even share"
     )
     print(f"{'primary':<22}{'keys':>10}{'ratio':>8}{'commands':>12}{'ratio':>8}{'memory MB':>11}")
     even_keys, even_commands = sum(keys.values()) / len(keys), sum(commands.values()) / len(commands)

@@ -60,7 +60,13 @@ class Ours:
     name = "rabbit-pipelines"
 
     def __init__(
-        self, otlp_endpoint: str, *, tracing: bool = True, sample_ratio: float | None = None, name: str | None = None
+        self,
+        otlp_endpoint: str,
+        *,
+        tracing: bool = True,
+        sample_ratio: float | None = None,
+        name: str | None = None,
+        wait_for_replicas: int = 0,
     ) -> None:
         self.name = name or self.name
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
@@ -73,6 +79,7 @@ class Ours:
                 "PIPELINES_NAMESPACE": NAMESPACE,
                 "PIPELINES_BROKER__URL": AMQP_URL,
                 "PIPELINES_STORE__URL": REDIS_URL,
+                "PIPELINES_STORE__WAIT_FOR_REPLICAS": str(wait_for_replicas),
                 "PIPELINES_TELEMETRY__ENABLED": "true" if tracing else "false",
                 "PIPELINES_TELEMETRY__ENDPOINT": otlp_endpoint,
                 "PIPELINES_METRICS__ENABLED": "true",

@@ -255,11 +255,6 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
     )
 
 
-@pytest.mark.xfail(
-    run=False,
-    reason="not reliable yet: the cut-off node has sometimes taken over 90 s to serve again after the heal "
-    "(RabbitMQ 3.10 on one machine). Run it with --runxfail while that is investigated",
-)
 @pytest.mark.timeout(240)
 def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_it_heals(
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
