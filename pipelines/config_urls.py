@@ -12,6 +12,7 @@ import pika
 
 from pipelines.masking import mask_text
 from pipelines.redis_cluster import CLUSTER_SCHEMES, is_cluster_url, parse_cluster_url
+from pipelines.redis_sentinel import SENTINEL_SCHEMES, is_sentinel_url, parse_sentinel_url
 
 
 def check_url(url: str, schemes: tuple[str, ...]) -> str:
@@ -56,7 +57,10 @@ def check_redis_url(url: str) -> str:
     if is_cluster_url(url):
         parse_cluster_url(url)
         return url
-    if check_url(url, ("redis", "rediss", "memory", *CLUSTER_SCHEMES)).startswith("memory://"):
+    if is_sentinel_url(url):
+        parse_sentinel_url(url)
+        return url
+    if check_url(url, ("redis", "rediss", "memory", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)).startswith("memory://"):
         return url
     database = urlsplit(url).path.strip("/")
     if database and not database.isdigit():

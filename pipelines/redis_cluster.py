@@ -41,24 +41,29 @@ def parse_cluster_url(url: str) -> ClusterAddress:
     parts = urlsplit(url)
     if parts.scheme not in CLUSTER_SCHEMES:
         raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in CLUSTER_SCHEMES)}")
-    credentials, _, hosts = parts.netloc.rpartition("@")
+    nodes, username, password = nodes_and_credentials(parts.netloc, "redis+cluster://host:7000,host:7001")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has one database, 0: leave the database out of the URL")
+    return ClusterAddress(nodes=nodes, username=username, password=password, tls=parts.scheme == "rediss+cluster")
+
+
+def nodes_and_credentials(netloc: str, example: str) -> tuple[tuple[tuple[str, int], ...], str | None, str | None]:
+    """The ``host:port`` addresses of a URL's comma-separated network location, and its user and password.
+
+    Raises:
+        ValueError: An address without a numeric port, or none (``example`` shows one).
+    """
+    credentials, _, hosts = netloc.rpartition("@")
     username, _, password = credentials.partition(":") if credentials else ("", "", "")
     nodes: list[tuple[str, int]] = []
     for address in filter(None, hosts.split(",")):
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f"expected host:port for every node of the cluster, not {address!r}")
+            raise ValueError(f"expected host:port for every node, not {address!r}")
         nodes.append((host, int(port)))
     if not nodes:
-        raise ValueError("expected at least one node, like redis+cluster://host:7000,host:7001")
-    if parts.path.strip("/") not in ("", "0"):
-        raise ValueError("a Redis Cluster has one database, 0: leave the database out of the URL")
-    return ClusterAddress(
-        nodes=tuple(nodes),
-        username=unquote(username) or None,
-        password=unquote(password) or None,
-        tls=parts.scheme == "rediss+cluster",
-    )
+        raise ValueError(f"expected at least one node, like {example}")
+    return tuple(nodes), unquote(username) or None, unquote(password) or None
 
 
 def cluster_client(url: str, *, timeout_s: float) -> RedisCluster:

@@ -32,6 +32,7 @@ from pipelines.naming import (
 )
 from pipelines.plan import ROOT, Frame
 from pipelines.redis_cluster import cluster_client, is_cluster_url
+from pipelines.redis_sentinel import is_sentinel_url, sentinel_primary
 from pipelines.store import replies
 from pipelines.store.answering import answering
 from pipelines.store.base import (
@@ -96,6 +97,11 @@ class RedisRunStore:
         self._thread_clients: ThreadClients | None = None
         if client is None and is_cluster_url(url):
             client = cluster_client(url, timeout_s=SOCKET_TIMEOUT_S)
+        elif client is None and is_sentinel_url(url):
+            client = sentinel_primary(url, timeout_s=SOCKET_TIMEOUT_S)
+            self._thread_clients = ThreadClients(
+                lambda: sentinel_primary(url, timeout_s=SOCKET_TIMEOUT_S, single_connection=True)
+            )
         elif client is None:
             client = _plain_client(url)
             self._thread_clients = ThreadClients(lambda: _plain_client(url, single_connection_client=True))

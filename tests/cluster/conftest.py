@@ -1,4 +1,5 @@
-"""Fixtures of the scale-out tests: a three-node RabbitMQ cluster and a six-server Redis Cluster.
+"""Fixtures of the scale-out tests: a three-node RabbitMQ cluster, a six-server Redis Cluster, and a Redis
+primary with a replica watched by three sentinels.
 
 Both are started on this machine once, by the first test of this package that asks for them, and
 removed after its last test, so the rest of a full run has the machine's two cores back (a guardian
@@ -18,6 +19,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "harness"))  # its modu
 
 from local_rabbit import SBIN, RabbitCluster
 from local_redis import LocalRedisCluster
+from local_sentinel import LocalSentinel
 from local_slot import Ownership, Slot, SlotBusyError
 
 #: Start-up seconds by cluster and phase, printed at the end of the session.
@@ -59,15 +62,30 @@ def cluster_slot() -> Iterator[Slot]:
     ownership.release()
 
 
+class _Setup(Protocol):
+    timings: dict[str, float]
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Setup)
+
+
+def _started(setup: _S, name: str) -> Iterator[_S]:
+    """``setup`` started (its start-up times kept for the summary), and removed after."""
+    try:
+        setup.start()
+        STARTUP_TIMINGS[name] = setup.timings
+        yield setup
+    finally:
+        setup.close()
+
+
 @pytest.fixture(scope="package")
 def rabbit_cluster_session(cluster_slot: Slot) -> Iterator[RabbitCluster]:
-    cluster = RabbitCluster(cluster_slot)
-    try:
-        cluster.start()
-        STARTUP_TIMINGS["RabbitMQ cluster (3 nodes)"] = cluster.timings
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _started(RabbitCluster(cluster_slot), "RabbitMQ cluster (3 nodes)")
 
 
 @pytest.fixture
@@ -79,13 +97,7 @@ def rabbit_cluster(rabbit_cluster_session: RabbitCluster) -> RabbitCluster:
 
 @pytest.fixture(scope="package")
 def redis_cluster_session(cluster_slot: Slot) -> Iterator[LocalRedisCluster]:
-    cluster = LocalRedisCluster(cluster_slot)
-    try:
-        cluster.start()
-        STARTUP_TIMINGS["Redis Cluster (3 primaries + 3 replicas)"] = cluster.timings
-        yield cluster
-    finally:
-        cluster.close()
+    yield from _started(LocalRedisCluster(cluster_slot), "Redis Cluster (3 primaries + 3 replicas)")
 
 
 @pytest.fixture
@@ -93,6 +105,18 @@ def redis_cluster(redis_cluster_session: LocalRedisCluster) -> LocalRedisCluster
     """The session's Redis Cluster with every server running, three primaries each with a replica."""
     redis_cluster_session.ensure_healthy()
     return redis_cluster_session
+
+
+@pytest.fixture(scope="package")
+def redis_sentinel_session(cluster_slot: Slot) -> Iterator[LocalSentinel]:
+    yield from _started(LocalSentinel(cluster_slot), "Redis primary + replica + 3 sentinels")
+
+
+@pytest.fixture
+def redis_sentinel(redis_sentinel_session: LocalSentinel) -> LocalSentinel:
+    """The session's primary with its replica in sync, watched by three sentinels that agree."""
+    redis_sentinel_session.ensure_whole()
+    return redis_sentinel_session
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -12,6 +12,7 @@ import pytest
 from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.errors import ConfigError
 from pipelines.masking import mask_url
+from pipelines.redis_sentinel import SentinelAddress, parse_sentinel_url
 
 SECRET = "s3cr3t-Pa55"
 
@@ -129,6 +130,25 @@ def test_environment_values_are_parsed_like_the_file(
             "'redis+cluster://c:7000/3'",
             "PIPELINES_STORE__URL",
         ),
+        (
+            '[store]\nurl = "redis+sentinel://s1:26379,s2:26379"\n',
+            "store.url",
+            "'redis+sentinel://s1:26379,s2:26379'",
+            "PIPELINES_STORE__URL",
+        ),
+        (
+            '[store]\nurl = "redis+sentinel://s1:26379/main/zero"\n',
+            "store.url",
+            "'redis+sentinel://s1:26379/main/zero'",
+            "PIPELINES_STORE__URL",
+        ),
+        (
+            '[store]\nurl = "redis+sentinel://s1/main"\n',
+            "store.url",
+            "'redis+sentinel://s1/main'",
+            "PIPELINES_STORE__URL",
+        ),
+        ("[store]\nwait_for_replicas = -1\n", "store.wait_for_replicas", "-1", "PIPELINES_STORE__WAIT_FOR_REPLICAS"),
         ("[metrics]\nport = 0\n", "metrics.port", "0", "PIPELINES_METRICS__PORT"),
         ("[broker.tls]\nca_file = 5\n", "broker.tls.ca_file", "5", "PIPELINES_BROKER__TLS__CA_FILE"),
     ],
@@ -400,3 +420,18 @@ def test_the_quorum_replication_factor_is_unset_unless_configured() -> None:
 
 def test_a_comma_separated_list_of_urls_is_masked_url_by_url() -> None:
     assert mask_url(",".join(NODES)) == ",".join(url.replace(SECRET, "***") for url in NODES)
+
+
+def test_a_sentinel_url_names_the_sentinels_the_primary_and_the_database() -> None:
+    address = parse_sentinel_url("rediss+sentinel://app:s%40cret@s1:26379,s2:26380/orders/2")
+    assert address == SentinelAddress(
+        sentinels=(("s1", 26379), ("s2", 26380)),
+        primary="orders",
+        database=2,
+        username="app",
+        password="s@cret",
+        tls=True,
+    )
+    assert parse_sentinel_url("redis+sentinel://s1:26379/orders").database == 0
+    write_config('[store]\nurl = "redis+sentinel://s1:26379,s2:26379/orders/0"\n')
+    assert load_settings().store.url == "redis+sentinel://s1:26379,s2:26379/orders/0"

@@ -99,6 +99,10 @@ class Slot:
         """Port of Redis server ``server`` (0-based); its cluster bus is this port + 10000."""
         return 7100 + 10 * self.number + server
 
+    def sentinel_port(self, sentinel: int) -> int:
+        """Port of Redis Sentinel ``sentinel`` (0-based) of the slot's primary with a replica."""
+        return 26400 + 10 * self.number + sentinel
+
     @property
     def redis_dir(self) -> Path:
         return self.dir / "redis"
