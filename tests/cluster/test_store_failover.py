@@ -1,8 +1,11 @@
-"""Runs on a Redis Cluster store whose busiest primary is SIGKILLed mid-run and replaced by its replica.
+"""Runs on a replicated store whose primary is SIGKILLed mid-run and replaced by its replica: the busiest
+primary of a Redis Cluster, or the primary three Redis Sentinels watch (under a store that waits for its
+replica, ``store.wait_for_replicas = 1``).
 
 The broker failover tests' load (keyed messages, three-step chains and chords of 20, published by a
 producer thread while a stock ``dramatiq`` worker runs them) goes through the single RabbitMQ node, and
-the run store is a local Redis Cluster of three primaries with a replica each. Every execution is
+the run store is a local Redis Cluster of three primaries with a replica each, or a primary with one
+replica and three sentinels. Every execution is
 recorded in PostgreSQL, and each effect, keyed by ``current_effect_key()``, in a table with no unique
 constraint, so an effect applied twice shows as two rows. What the store had acknowledged but not yet
 replicated is lost with the primary (replication is asynchronous): a step may run again, with the same
@@ -18,16 +21,20 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from failover_load import Load, Producer, execution_times, longest_pause, start_worker, stop_worker, wait_for_runs
 from local_redis import LocalRedisCluster
+from local_sentinel import LocalSentinel
 from local_slot import wait_for
 
 from pipelines.app import build_app
 from pipelines.config import Settings
 from pipelines.naming import run_key
+from pipelines.runs import Run
 from pipelines.store import RedisRunStore
 from tests.backends import AMQP_URL, POSTGRES_URL, TEST_DELAY_TIERS_S
 from tests.housekeeping import fresh_namespace
@@ -41,6 +48,9 @@ pytestmark = pytest.mark.cluster
 LOAD = Load(keyed=2000, chains=300, chords=50, width=20)
 #: Over how long the producer publishes it: the kill lands while work is still arriving.
 SPAN_S = 40.0
+#: Half of it, on the primary the sentinels watch (one primary takes every run).
+SENTINEL_LOAD = Load(keyed=1000, chains=150, chords=25, width=20)
+SENTINEL_SPAN_S = 20.0
 #: A step whose completion was lost with the primary runs again once its lease lapses.
 LEASE_S = 5.0
 #: Longest the runs may take to finish once everything is published.
@@ -57,36 +67,48 @@ def effects() -> Iterator[tuple[Effects, Effects]]:
     table.drop()
 
 
-@pytest.mark.timeout(300)
-def test_work_goes_on_when_a_store_primary_is_sigkilled_and_each_keyed_effect_applies_once(
-    redis_cluster: LocalRedisCluster,
+@dataclass
+class Failover:
+    """What a test's fault did: who was lost, who took over, when, and what it held then."""
+
+    lost: str
+    promoted: str
+    killed_at: float
+    promoted_at: float
+    held: str
+
+
+def run_through_a_failover(
+    store_url: str,
+    *,
+    store_options: dict[str, Any],
+    load: Load,
+    span_s: float,
+    fault: Callable[[str, list[Run[Any]]], Failover],
     delete_namespace: Callable[[str], None],
     effects: tuple[Effects, Effects],
-    tmp_path: Path,
-) -> None:
+    log: Path,
+) -> str:
+    """Publish ``load`` over ``span_s`` while a ``dramatiq`` worker runs it on a store at ``store_url``,
+    call ``fault(namespace, runs started so far)`` once a quarter of the work is done, then check that
+    every run succeeded and every keyed effect applied once; the figures."""
     keyed_effects, executions = effects
     namespace = fresh_namespace()
-    store_url = f"redis+cluster://127.0.0.1:{redis_cluster.servers[0].port},127.0.0.1:{redis_cluster.servers[1].port}"
+    store = {"url": store_url, "step_lease_s": LEASE_S, **store_options}
     settings = Settings.from_values(
-        {
-            "namespace": namespace,
-            "broker": {"url": AMQP_URL, "delay_tiers_s": TEST_DELAY_TIERS_S},
-            "store": {"url": store_url, "step_lease_s": LEASE_S},
-        }
+        {"namespace": namespace, "broker": {"url": AMQP_URL, "delay_tiers_s": TEST_DELAY_TIERS_S}, "store": store}
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
         "PIPELINES_NAMESPACE": namespace,
         "PIPELINES_BROKER__URL": AMQP_URL,
         "PIPELINES_BROKER__DELAY_TIERS_S": str(TEST_DELAY_TIERS_S).replace(" ", ""),
-        "PIPELINES_STORE__URL": store_url,
-        "PIPELINES_STORE__STEP_LEASE_S": str(LEASE_S),
+        **{f"PIPELINES_STORE__{key.upper()}": str(value) for key, value in store.items()},
         "PIPELINES_LOGGING__LEVEL": "WARNING",
         "CL_EFFECTS_TABLE": keyed_effects.table,
         "CL_POSTGRES_URL": POSTGRES_URL,
     }
     app = build_app(settings)
-    log = tmp_path / "worker.log"
-    producer = Producer(app, LOAD, SPAN_S)
+    producer = Producer(app, load, span_s)
     worker = None
     try:
         app.broker.ensure_topology()  # type: ignore[union-attr]
@@ -96,24 +118,17 @@ def test_work_goes_on_when_a_store_primary_is_sigkilled_and_each_keyed_effect_ap
         def executed() -> int:
             return sum(executions.counts().values())
 
-        wait_for(lambda: executed() >= LOAD.executions // 4, "a quarter of the work", 90, interval_s=0.2)
-        by_primary = Counter(redis_cluster.primary_of(run_key(namespace, run.id)) for run in list(producer.runs))
-        busiest, runs_on_it = by_primary.most_common(1)[0]
-        replicas = redis_cluster.primaries()[busiest]
+        wait_for(lambda: executed() >= load.executions // 4, "a quarter of the work", 90, interval_s=0.2)
         done_before = executed()
-        killed_at = time.time()
-        redis_cluster.kill(busiest)
-        promoted = redis_cluster.wait_promoted(busiest, replicas)
-        promoted_at = time.time()
-        redis_cluster.restart(busiest)  # it rejoins as a replica of the promoted one
+        failover = fault(namespace, list(producer.runs))
 
-        producer.wait(SETTLE_S + SPAN_S)
+        producer.wait(SETTLE_S + span_s)
         states = wait_for_runs(producer.runs, SETTLE_S)
         runs = {run.id for run in producer.runs}
 
         def every_keyed_message_applied() -> bool:
             # A keyed message put off while its key's shard was down comes back after its delay.
-            return sum(key.split(":", 1)[0] not in runs for key in keyed_effects.counts()) >= LOAD.keyed
+            return sum(key.split(":", 1)[0] not in runs for key in keyed_effects.counts()) >= load.keyed
 
         with contextlib.suppress(TimeoutError):  # the assertions below say what is missing
             wait_for(every_keyed_message_applied, "every keyed message's effect", SETTLE_S, interval_s=0.5)
@@ -123,29 +138,91 @@ def test_work_goes_on_when_a_store_primary_is_sigkilled_and_each_keyed_effect_ap
         of_runs = [key for key in keyed if key.split(":", 1)[0] in runs]
         messages = [key for key in keyed if key.split(":", 1)[0] not in runs]
         times = execution_times(POSTGRES_URL, keyed_effects.table)
+        stood_still = longest_pause(times, failover.killed_at, min(finished_at, producer.finished_at))
         figures = (
-            f"store primary {busiest} (holding {runs_on_it} of the {by_primary.total()} runs "
-            f"started by then, {done_before} of {LOAD.executions} executions done) SIGKILLed, replica {promoted} "
-            f"promoted after {promoted_at - killed_at:.1f} s, work stood still at most "
-            f"{longest_pause(times, killed_at, min(finished_at, producer.finished_at)):.1f} s; runs {dict(states)} "
-            f"of {len(runs)} started ({LOAD.chains} chains of 3, {LOAD.chords} chords of {LOAD.width}), keyed "
-            f"messages with an effect {len(messages)}/{LOAD.keyed}, effects applied twice "
-            f"{sum(c > 1 for c in keyed.values())}, executions {sum(ran.values())} (again after the kill: "
-            f"{sum(c - 1 for c in ran.values())}), publishes the producer had to repeat {len(producer.errors)}, "
-            f"dead letters {len(app.dead_letters.list())}"
+            f"store primary {failover.lost} ({failover.held}, {done_before} of {load.executions} executions done) "
+            f"SIGKILLed, {failover.promoted} promoted after {failover.promoted_at - failover.killed_at:.1f} s, work "
+            f"stood still at most {stood_still:.1f} s; runs {dict(states)} of {len(runs)} started ({load.chains} "
+            f"chains of 3, {load.chords} chords of {load.width}), keyed messages with an effect "
+            f"{len(messages)}/{load.keyed}, effects applied twice {sum(c > 1 for c in keyed.values())}, "
+            f"executions {sum(ran.values())} (again after the kill: {sum(c - 1 for c in ran.values())}), "
+            f"publishes the producer had to repeat {len(producer.errors)}, dead letters {len(app.dead_letters.list())}"
             + "".join(f"\n  repeated after: {error}" for error in producer.errors[:3])
         )
         print(f"\nfigures: {figures}")
         tail = log.read_text(errors="replace")[-3000:]
         assert states == {"succeeded": len(runs)}, f"{figures}\nworker log tail:\n{tail}"
-        assert len(messages) == LOAD.keyed, figures
-        assert len(of_runs) == LOAD.chains * 3 + LOAD.chords * (LOAD.width + 1), figures
+        assert len(messages) == load.keyed, figures
+        assert len(of_runs) == load.chains * 3 + load.chords * (load.width + 1), figures
         assert set(keyed.values()) == {1}, figures
+        return figures
     finally:
-        producer.done.wait(SPAN_S + SETTLE_S)
+        producer.done.wait(span_s + SETTLE_S)
         if worker is not None:
             stop_worker(worker)
         assert isinstance(app.store, RedisRunStore)
-        app.store.delete_namespace()  # the cluster's keys
+        app.store.delete_namespace()  # the store's keys
         app.close()
         delete_namespace(namespace)  # the queues and exchanges
+
+
+@pytest.mark.timeout(300)
+def test_work_goes_on_when_a_store_primary_is_sigkilled_and_each_keyed_effect_applies_once(
+    redis_cluster: LocalRedisCluster,
+    delete_namespace: Callable[[str], None],
+    effects: tuple[Effects, Effects],
+    tmp_path: Path,
+) -> None:
+    def kill_the_busiest_primary(namespace: str, runs: list[Run[Any]]) -> Failover:
+        by_primary = Counter(redis_cluster.primary_of(run_key(namespace, run.id)) for run in runs)
+        busiest, runs_on_it = by_primary.most_common(1)[0]
+        replicas = redis_cluster.primaries()[busiest]
+        killed_at = time.time()
+        redis_cluster.kill(busiest)
+        promoted = redis_cluster.wait_promoted(busiest, replicas)
+        promoted_at = time.time()
+        redis_cluster.restart(busiest)  # it rejoins as a replica of the promoted one
+        held = f"holding {runs_on_it} of the {by_primary.total()} runs started by then"
+        return Failover(str(busiest), f"replica {promoted}", killed_at, promoted_at, held)
+
+    store_url = f"redis+cluster://127.0.0.1:{redis_cluster.servers[0].port},127.0.0.1:{redis_cluster.servers[1].port}"
+    run_through_a_failover(
+        store_url,
+        store_options={},
+        load=LOAD,
+        span_s=SPAN_S,
+        fault=kill_the_busiest_primary,
+        delete_namespace=delete_namespace,
+        effects=effects,
+        log=tmp_path / "worker.log",
+    )
+
+
+@pytest.mark.timeout(300)
+def test_work_goes_on_when_the_sentinels_primary_is_sigkilled_under_a_store_waiting_for_its_replica(
+    redis_sentinel: LocalSentinel,
+    delete_namespace: Callable[[str], None],
+    effects: tuple[Effects, Effects],
+    tmp_path: Path,
+) -> None:
+    def kill_the_primary(namespace: str, runs: list[Run[Any]]) -> Failover:
+        primary = redis_sentinel.primary_port()
+        killed_at = time.time()
+        redis_sentinel.kill(primary)
+        promoted = redis_sentinel.wait_promoted(primary)
+        promoted_at = time.time()
+        return Failover(str(primary), f"replica {promoted}", killed_at, promoted_at, f"all {len(runs)} runs")
+
+    try:
+        run_through_a_failover(
+            redis_sentinel.url,
+            store_options={"wait_for_replicas": 1},
+            load=SENTINEL_LOAD,
+            span_s=SENTINEL_SPAN_S,
+            fault=kill_the_primary,
+            delete_namespace=delete_namespace,
+            effects=effects,
+            log=tmp_path / "worker.log",
+        )
+    finally:
+        redis_sentinel.ensure_whole()
