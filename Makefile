@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 help:
 	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
 	@echo "make test      run the whole test suite against the real RabbitMQ, Redis and PostgreSQL"
-	@echo "make test-cluster  only the tests on a local RabbitMQ cluster and Redis Cluster (as root)"
+	@echo "make test-cluster  only the tests on a local RabbitMQ cluster, Redis Cluster and Redis Sentinel (as root)"
 	@echo "make lint      ruff, mypy --strict and the import contracts (lint-imports)"
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ, Redis and PostgreSQL answer (start them when installed)"
