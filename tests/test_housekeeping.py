@@ -132,6 +132,8 @@ STARTED_OTHERWISE = {
     "cluster/harness/local_slot.py": "its guardian must outlive the session: it sweeps the slot when the session dies",
     "cluster/harness/local_rabbit.py": "cluster nodes in network namespaces, which the slot's sweep kills by namespace",
     "cluster/harness/local_redis.py": "cluster servers, which the slot's sweep kills by working directory",
+    "cluster/harness/local_sentinel.py": "a primary, its replica and sentinels, which the slot's sweep kills by "
+    "working directory",
 }
 STARTS = re.compile(r"\bPopen\(|\bos\.(fork|spawn\w*|exec\w*)\(|multiprocessing|create_subprocess_exec")
 
