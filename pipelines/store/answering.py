@@ -51,6 +51,13 @@ def answering(url: str) -> Iterator[None]:
             f"Redis at {mask_url(url)} has no database {urlsplit(url).path.strip('/')} ({e}). "
             "Use a database number the server has (0-15 by default) in store.url."
         ) from None
+    except redis.exceptions.RedisClusterException as e:
+        if "cannot be connected" not in str(e):  # the client's own refusal of a command, not an outage
+            raise
+        raise StoreUnavailable(
+            f"Redis Cluster at {mask_url(url)} does not answer ({e}). Are its nodes running? store.url must "
+            "name at least one node that answers."
+        ) from None
     except (redis.ConnectionError, redis.TimeoutError) as e:
         raise StoreUnavailable(
             f"Redis at {mask_url(url)} does not answer ({e}). Is it running? "

@@ -109,7 +109,9 @@ class RedisRunStore:
         self.replica_wait = (
             ReplicaWait(replicas=wait_for_replicas, timeout_ms=replica_wait_ms, url=url) if wait_for_replicas else None
         )
-        self._scripts = Scripts(client, thread_clients=self._thread_clients, replica_wait=self.replica_wait)
+        self._scripts = Scripts(
+            client, cluster=is_cluster_url(url), thread_clients=self._thread_clients, replica_wait=self.replica_wait
+        )
         self._index = RunIndex(
             client=self._redis, namespace=namespace, retention_ms=self._retention_ms, answering=self._answering
         )
@@ -268,7 +270,8 @@ class RedisRunStore:
         return self.get_run(run_id)
 
     def run_feed(self) -> RedisRunFeed:
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        with self._answering():  # a Redis Cluster's client is made on first use, which may fail
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         return RedisRunFeed(pubsub, self._key, self._answering)
 
     def run_continuations(self, run_id: str) -> dict[str, str]:

@@ -43,18 +43,19 @@ class _Failed:
 
 
 class Scripts:
-    """The store's scripts on ``client``; ``thread_clients``, when given, carry the single calls;
-    ``replica_wait``, when given, follows every call made ``replicated``."""
+    """The store's scripts on ``client`` (a Redis Cluster's where ``cluster``); ``thread_clients``, when
+    given, carry the single calls; ``replica_wait``, when given, follows every call made ``replicated``."""
 
     def __init__(
         self,
         client: redis.Redis | RedisCluster,
         *,
+        cluster: bool,
         thread_clients: ThreadClients | None,
         replica_wait: ReplicaWait | None = None,
     ) -> None:
         self._client = client
-        self._cluster = isinstance(client, RedisCluster)
+        self._cluster = cluster
         self._thread_clients = thread_clients
         self._wait = replica_wait
         self._registered: list[Script] = []
@@ -63,8 +64,8 @@ class Scripts:
 
     def register(self, name: str) -> Script:
         """The script ``lua/<name>.lua`` of this package."""
-        text = resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_text()
-        script = self._client.register_script(text)
+        text = resources.files("pipelines.store").joinpath("lua", f"{name}.lua").read_bytes()
+        script = Script(self._client, text)  # bytes: its SHA needs no encoder, so no connected client
         self._registered.append(script)
         return script
 
@@ -105,9 +106,9 @@ class Scripts:
                     self.queue(pipe, script, keys, args)
 
             return self.execute(fill)
-        if isinstance(self._client, RedisCluster):
-            return _raised(self._run_waiting_per_node(self._client, script, calls))
-        return _raised(self._run_waiting(self._own_client() or self._client, script, calls))
+        if self._cluster:
+            return _raised(self._run_waiting_per_node(cast(RedisCluster, self._client), script, calls))
+        return _raised(self._run_waiting(self._own_client() or cast(redis.Redis, self._client), script, calls))
 
     def _run_waiting(
         self, client: redis.Redis, script: Script, calls: Sequence[tuple[list[str], list[Any]]]
