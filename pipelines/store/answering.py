@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import redis
+from redis.sentinel import MasterNotFoundError
 
 from pipelines.errors import StoreUnavailable
 from pipelines.masking import mask_url
@@ -57,6 +58,11 @@ def answering(url: str) -> Iterator[None]:
         raise StoreUnavailable(
             f"Redis Cluster at {mask_url(url)} does not answer ({e}). Are its nodes running? store.url must "
             "name at least one node that answers."
+        ) from None
+    except MasterNotFoundError:
+        raise StoreUnavailable(
+            f"Redis at {mask_url(url)}: no sentinel named there answered with a primary by that name. Are the "
+            "sentinels running, and do they monitor it (SENTINEL get-master-addr-by-name <name>)?"
         ) from None
     except (redis.ConnectionError, redis.TimeoutError) as e:
         raise StoreUnavailable(

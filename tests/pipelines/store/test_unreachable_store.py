@@ -21,7 +21,7 @@ from pipelines.store import RedisRunStore
         ),
         (
             "redis+sentinel://:s3cret@127.0.0.1:1/main/0",
-            r"Redis at redis\+sentinel://:\*\*\*@127.0.0.1:1/main/0 does not",
+            r"Redis at redis\+sentinel://:\*\*\*@127.0.0.1:1/main/0: no sentinel named there answered",
         ),
     ],
 )
