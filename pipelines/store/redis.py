@@ -77,8 +77,9 @@ class RedisRunStore:
     """Every role of :class:`~pipelines.store.roles.RunStore`, on Redis.
 
     ``client`` is a client built already (the embedded mode's in-process server); ``url`` then only
-    names it in errors. With ``wait_for_replicas``, run creation, a step's completion or failure and a
-    run's end wait up to ``replica_wait_ms`` for that many replicas (:mod:`~pipelines.store.replica_wait`).
+    names it in errors. With ``wait_for_replicas``, run creation, a step's completion or failure, a run's
+    end and an idempotency key recorded done wait up to ``replica_wait_ms`` for that many replicas
+    (:mod:`~pipelines.store.replica_wait`).
     """
 
     def __init__(
@@ -123,6 +124,7 @@ class RedisRunStore:
         self._reopen = self._scripts.register("reopen")
         self._key_claim = self._scripts.register("key_claim")
         self._key_release = self._scripts.register("key_release")
+        self._key_finish = self._scripts.register("key_finish")
         self._progress = self._scripts.register("progress")
         self._lease_open = self._scripts.register("lease_open")
         self._lease_renew = self._scripts.register("lease_renew")
@@ -300,8 +302,8 @@ class RedisRunStore:
         return replies.key_claim(self._run(self._key_claim, [self._idempotency_key(key)], [holder, lease_ms]))
 
     def finish_key(self, key: str, *, retention_s: int) -> None:
-        with self._answering():
-            self._redis.set(self._idempotency_key(key), "done", ex=retention_s)
+        # A script, not a SET: it is sent with the step's other writes and waits for replicas as they do.
+        replies.key_finish(self._run(self._key_finish, [self._idempotency_key(key)], [retention_s], replicated=True))
 
     def release_key(self, key: str, *, holder: str) -> None:
         replies.key_release(self._run(self._key_release, [self._idempotency_key(key)], [holder]))

@@ -111,6 +111,11 @@ def key_claim(reply: Any) -> tuple[KeyClaimKind, int]:
     return cast(KeyClaimKind, text(reply[0])), int(reply[1]) if len(reply) > 1 else 0
 
 
+def key_finish(reply: Any) -> bool:
+    """``key_finish.lua``: whether the key is recorded done (it always is)."""
+    return bool(reply)
+
+
 def key_release(reply: Any) -> bool:
     """``key_release.lua``: whether this holder still held the key (and let it go)."""
     return bool(reply)

@@ -11,10 +11,12 @@ development; in CI the suite has the shared one to itself.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib import resources
 from typing import Any
 
 import dramatiq
@@ -198,15 +200,17 @@ KEY_LEASE_S = 12
 
 @pytest.fixture
 def failing_key_records() -> Iterator[ErrorProxy]:
-    """A proxy to the test Redis that answers READONLY to every record of an idempotency key done
-    (``SET <key> done``) for ``KEY_RECORD_ERRORS_S`` from that key's first one."""
+    """A proxy to the test Redis that answers READONLY to every record of an idempotency key done (the
+    ``key_finish`` script, by its SHA) for ``KEY_RECORD_ERRORS_S`` from that key's first one."""
     first: dict[bytes, float] = {}
     lock = threading.Lock()
+    script = resources.files("pipelines.store").joinpath("lua", "key_finish.lua").read_bytes()
+    sha = hashlib.sha1(script).hexdigest().encode()
 
     def inject(command: list[bytes]) -> bytes | None:
-        if len(command) > 2 and command[0].upper() == b"SET" and command[2] == b"done":
+        if len(command) > 3 and command[0].upper() == b"EVALSHA" and command[1] == sha:
             with lock:
-                if time.monotonic() - first.setdefault(command[1], time.monotonic()) < KEY_RECORD_ERRORS_S:
+                if time.monotonic() - first.setdefault(command[3], time.monotonic()) < KEY_RECORD_ERRORS_S:
                     return ERROR_REPLIES["READONLY"]
         return None
 

@@ -118,7 +118,7 @@ def _step_state(server: Server, namespace: str, run: NewRun, node: str) -> str:
     return "" if raw is None else str(orjson.loads(raw)["s"])
 
 
-def test_creation_completion_failure_and_cancel_wait_for_the_replica_and_claims_do_not(
+def test_creation_completion_failure_cancel_and_key_done_wait_for_the_replica_and_claims_do_not(
     waiting_store: RedisRunStore, primary: Server, replica: Server, new_chord: NewChord, store_namespace: str
 ) -> None:
     run, other = new_chord(2), new_chord(1)
@@ -137,6 +137,9 @@ def test_creation_completion_failure_and_cancel_wait_for_the_replica_and_claims_
     waiting_store.fail_step(run.run_id, "0.0.1", "boom", final=True)
     waiting_store.cancel_run(other.run_id)
     assert primary.waits() - before == 4
+    waiting_store.finish_key(f"order-{run.run_id}", retention_s=60)  # a keyed message's key recorded done
+    assert primary.waits() - before == 5
+    assert waiting_store.claim_key(f"order-{run.run_id}", holder="h", lease_ms=LEASE_MS)[0] == "done"
     assert waiting_store.replica_wait is not None
     assert waiting_store.replica_wait.short == 0
 
