@@ -1,8 +1,7 @@
 """How the run store sends its Lua scripts to Redis: calls of threads made at the same time sent
 together on one thread's own connection (:mod:`pipelines.store.thread_clients` says why not the pool),
 pipelines that go by SHA, the script's text where a shard may not have it, and ``WAIT`` for replicas
-after durable writes (:mod:`pipelines.store.replica_wait`), in the same round trip on the same
-connection.
+after durable writes (sent by :mod:`pipelines.store.waited_sends`).
 """
 
 from __future__ import annotations
@@ -14,25 +13,13 @@ from typing import Any, cast
 
 import hiredis
 import redis
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from pipelines.group_commit import GroupCommit, NotDone
 from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.thread_clients import ThreadClients
-
-#: What a cluster node answers to a script sent to it directly that it did not run (the slot moved, the
-#: node is failing over, no longer a primary, or gone): the call goes again through the cluster client,
-#: which follows the cluster.
-_SEND_AGAIN = (
-    redis.exceptions.MovedError,
-    redis.exceptions.AskError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ReadOnlyError,
-    redis.ConnectionError,
-    redis.TimeoutError,
-)
+from pipelines.store.waited_sends import reply_or_error, send_waiting, send_waiting_per_primary
 
 
 class _Failed:
@@ -79,16 +66,16 @@ class Scripts:
         pipeline on the connection of the thread that sends them (group commit); each thread gets its
         own reply, or its own script's error. A ``replicated`` call is followed by ``WAIT`` where the
         store waits for replicas."""
-        waits = replicated and self._wait is not None
+        wait = self._wait if replicated else None
         if self._together is None:
-            if waits:
+            if wait is not None:
                 return self.run_many(script, [(keys, args)], replicated=True)[0]
             return script(keys=keys, args=args, client=self._own_client())
-        reply = self._together.submit((script, keys, args, waits))
+        reply = self._together.submit((script, keys, args, wait is not None))
         if isinstance(reply, NotDone):  # the shared send failed in another thread: this call alone
             own = self._own_client()
-            if waits and own is not None:
-                return _raised(self._run_waiting(own, script, [(keys, args)]))[0]
+            if wait is not None and own is not None:
+                return _raised(send_waiting(wait, own, script, [(keys, args)]))[0]
             return script(keys=keys, args=args, client=own)
         if isinstance(reply, _Failed):
             raise reply.error
@@ -99,7 +86,8 @@ class Scripts:
     ) -> list[Any]:
         """The raw replies of ``script`` called with each of ``calls``, in one round trip per Redis server,
         each followed by ``WAIT`` where ``replicated`` and the store waits; the first error reply raised."""
-        if not (replicated and self._wait is not None):
+        wait = self._wait
+        if not replicated or wait is None:
 
             def fill(pipe: Any) -> None:
                 for keys, args in calls:
@@ -107,55 +95,8 @@ class Scripts:
 
             return self.execute(fill)
         if self._cluster:
-            return _raised(self._run_waiting_per_node(cast(RedisCluster, self._client), script, calls))
-        return _raised(self._run_waiting(self._own_client() or cast(redis.Redis, self._client), script, calls))
-
-    def _run_waiting(
-        self, client: redis.Redis, script: Script, calls: Sequence[tuple[list[str], list[Any]]]
-    ) -> list[Any]:
-        """``calls`` of ``script`` and ``WAIT`` in one pipeline on one of ``client``'s connections."""
-        assert self._wait is not None
-        for attempt in (1, 2):
-            pipe: Any = client.pipeline(transaction=False)
-            for keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            pipe.execute_command(*self._wait.command)
-            sent: list[Any] = pipe.execute(raise_on_error=False)
-            replies, acknowledged = sent[:-1], sent[-1]
-            if attempt == 1 and any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
-                client.script_load(script.script)  # none of them ran (Redis restarted): send them again
-                continue
-            writes = sum(not isinstance(reply, Exception) for reply in replies)
-            if writes:
-                self._wait.acknowledged(acknowledged, writes)
-            return replies
-        raise AssertionError("unreachable")
-
-    def _run_waiting_per_node(
-        self, client: RedisCluster, script: Script, calls: Sequence[tuple[list[str], list[Any]]]
-    ) -> list[Any]:
-        """``calls`` grouped by the primary of their first key's slot, each group with its ``WAIT`` on one
-        connection to that primary. A call the node did not take (its slot moved, it is failing over, it
-        does not answer) goes again through the cluster client, which follows the cluster: that one is
-        not waited for, and is counted short."""
-        assert self._wait is not None
-        groups: dict[str, tuple[ClusterNode, list[int]]] = {}
-        for index, (keys, _) in enumerate(calls):
-            node: ClusterNode = cast(Any, client).get_node_from_key(keys[0])
-            groups.setdefault(node.name, (node, []))[1].append(index)
-        replies: list[Any] = [None] * len(calls)
-        for node, indexes in groups.values():
-            connection = client.get_redis_connection(node)
-            try:
-                node_replies = self._run_waiting(connection, script, [calls[index] for index in indexes])
-            except (redis.ConnectionError, redis.TimeoutError) as e:
-                node_replies = [e] * len(indexes)
-            for index, reply in zip(indexes, node_replies, strict=True):
-                replies[index] = reply
-                if isinstance(reply, _SEND_AGAIN):
-                    replies[index] = _reply_or_error(partial(script, *calls[index], client=client))
-                    self._wait.unconfirmed(1)
-        return replies
+            return _raised(send_waiting_per_primary(wait, cast(RedisCluster, self._client), script, calls))
+        return _raised(send_waiting(wait, self._own_client() or cast(redis.Redis, self._client), script, calls))
 
     def _own_client(self) -> redis.Redis | None:
         """This thread's connection, or None (the registered client) where threads share a pool."""
@@ -174,10 +115,11 @@ class Scripts:
         pipe: Any = client.pipeline(transaction=False)
         for script, keys, args, _ in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
-        if waited and self._wait is not None:
-            pipe.execute_command(*self._wait.command)  # after them all, on the connection that wrote
+        wait = self._wait if waited else None
+        if wait is not None:
+            pipe.execute_command(*wait.command)  # after them all, on the connection that wrote
         replies = _send(client, pipe.command_stack)
-        acknowledged = replies.pop() if waited else None
+        acknowledged = replies.pop() if wait is not None else None
         ran_again = False
         for index, reply in enumerate(replies):
             if isinstance(reply, redis.exceptions.NoScriptError):  # Redis restarted: it did not run
@@ -189,10 +131,9 @@ class Scripts:
                     replies[index] = _Failed(e)
             elif isinstance(reply, redis.exceptions.ResponseError):
                 replies[index] = _Failed(reply)
-        wait = self._wait
-        if waited and wait is not None:
+        if wait is not None:
             if ran_again:  # those writes came after the WAIT: wait for them too
-                acknowledged = _reply_or_error(partial(cast(Any, client).execute_command, *wait.command))
+                acknowledged = reply_or_error(partial(cast(Any, client).execute_command, *wait.command))
             wait.acknowledged(acknowledged, waited)
         return replies
 
@@ -230,11 +171,12 @@ class Scripts:
     def _execute_alone(
         self, fill: Callable[[Any], None], client: redis.Redis | RedisCluster, waits: bool = False
     ) -> list[Any]:
+        wait = self._wait if waits else None
         for attempt in (1, 2):
             pipe: Any = client.pipeline(transaction=False)
             fill(pipe)
-            if waits and self._wait is not None:
-                pipe.execute_command(*self._wait.command)
+            if wait is not None:
+                pipe.execute_command(*wait.command)
             try:
                 replies = cast(list[Any], pipe.execute())
             except redis.exceptions.NoScriptError:
@@ -242,15 +184,15 @@ class Scripts:
                     raise
                 self._load_scripts()
                 continue
-            if waits and self._wait is not None:
-                self._wait.acknowledged(replies.pop())
+            if wait is not None:
+                wait.acknowledged(replies.pop())
             return replies
         raise AssertionError("unreachable")
 
     def _execute_together(self, fills: Sequence[tuple[Callable[[Any], None], bool]]) -> list[list[Any] | _Failed]:
         client = self._own_client()
         assert client is not None  # combined only where threads have their own connections
-        waited = sum(waits for _, waits in fills) if self._wait is not None else 0
+        waited = sum(waits for _, waits in fills)
         for attempt in (1, 2):
             pipe: Any = client.pipeline(transaction=False)
             spans: list[tuple[int, int] | _Failed] = []
@@ -263,15 +205,15 @@ class Scripts:
                     spans.append(_Failed(e))
                     continue
                 spans.append((start, len(pipe.command_stack)))
-            asked = waited and pipe.command_stack and self._wait is not None
-            if asked and self._wait is not None:
-                pipe.execute_command(*self._wait.command)  # after them all, on the connection that wrote
+            wait = self._wait if waited and pipe.command_stack else None
+            if wait is not None:
+                pipe.execute_command(*wait.command)  # after them all, on the connection that wrote
             replies = _send(client, pipe.command_stack) if pipe.command_stack else []
             if attempt == 1 and any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
                 self._load_scripts()  # no script of the pipeline ran: send it all again
                 continue
-            if asked and self._wait is not None:
-                self._wait.acknowledged(replies.pop(), waited)
+            if wait is not None:
+                wait.acknowledged(replies.pop(), waited)
             return [span if isinstance(span, _Failed) else _own_replies(replies[span[0] : span[1]]) for span in spans]
         raise AssertionError("unreachable")
 
@@ -302,14 +244,6 @@ def _send(client: redis.Redis, stack: Sequence[tuple[tuple[Any, ...], dict[str, 
 
     replies: list[Any] = connection.retry.call_with_retry(attempt, lambda _error: connection.disconnect())
     return replies
-
-
-def _reply_or_error(call: Callable[[], Any]) -> Any:
-    """``call``'s reply, or its Redis error in its place."""
-    try:
-        return call()
-    except redis.exceptions.RedisError as e:
-        return e
 
 
 def _raised(replies: list[Any]) -> list[Any]:

@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 
 import pytest
+from redis.connection import SSLConnection
+from redis.sentinel import SentinelManagedConnection
 
 from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.errors import ConfigError
 from pipelines.masking import mask_url
-from pipelines.redis_sentinel import SentinelAddress, parse_sentinel_url
+from pipelines.redis_sentinel import SentinelAddress, parse_sentinel_url, sentinel_primary
 
 SECRET = "s3cr3t-Pa55"
 
@@ -435,3 +437,19 @@ def test_a_sentinel_url_names_the_sentinels_the_primary_and_the_database() -> No
     assert parse_sentinel_url("redis+sentinel://s1:26379/orders").database == 0
     write_config('[store]\nurl = "redis+sentinel://s1:26379,s2:26379/orders/0"\n')
     assert load_settings().store.url == "redis+sentinel://s1:26379,s2:26379/orders/0"
+
+
+@pytest.mark.parametrize(
+    ("url", "tls"), [("redis+sentinel://s1:26379/orders", False), ("rediss+sentinel://s1:26379/orders", True)]
+)
+def test_a_sentinel_primarys_connections_ask_the_sentinels_again_and_use_tls_as_the_scheme_says(
+    url: str, tls: bool
+) -> None:
+    client = sentinel_primary(url, timeout_s=1)  # nothing connects yet
+    connection_class = client.connection_pool.connection_class
+
+    assert issubclass(connection_class, SentinelManagedConnection)
+    assert issubclass(connection_class, SSLConnection) is tls
+    # A lost connection reconnects through connect(), which asks the sentinels, not to its old address.
+    assert connection_class.send_packed_command is not SentinelManagedConnection.send_packed_command
+    client.close()

@@ -24,6 +24,7 @@ from pipelines.naming import run_key
 from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, make_store
 from pipelines.store.replica_wait import ReplicaWait
+from pipelines.store.waited_sends import send_waiting
 from tests.housekeeping import fresh_namespace, start_process, stop_process
 from tests.ports import free_port
 
@@ -141,6 +142,35 @@ def test_creation_completion_failure_cancel_and_key_done_wait_for_the_replica_an
     assert primary.waits() - before == 5
     assert waiting_store.claim_key(f"order-{run.run_id}", holder="h", lease_ms=LEASE_MS)[0] == "done"
     assert waiting_store.replica_wait is not None
+    assert waiting_store.replica_wait.short == 0
+
+
+def test_calls_that_met_lost_scripts_run_once_and_wait_again_after_running(
+    waiting_store: RedisRunStore, primary: Server, new_chord: NewChord, store_namespace: str
+) -> None:
+    runs = [new_chord(1) for _ in range(4)]
+    waiting_store.create_runs(runs)
+    claim = waiting_store._claim
+    calls = [([run_key(store_namespace, run.run_id)], ["0.0.0", 60_000, 1]) for run in runs]
+    connection = waiting_store._scripts._own_client()
+    assert connection is not None
+    assert waiting_store.replica_wait is not None
+
+    primary.client.script_flush()  # what a restart without persistence leaves
+    before = primary.waits()
+    together = waiting_store._scripts._run_together([(claim, keys, args, True) for keys, args in calls[:2]])
+    # The shared send's WAIT came before the scripts ran again: it waits once more after them.
+    assert primary.waits() - before == 2
+    assert [reply[0] for reply in together] == [b"run", b"run"]
+
+    primary.client.script_flush()
+    before = primary.waits()
+    alone = send_waiting(waiting_store.replica_wait, connection, claim, calls[2:])
+    assert primary.waits() - before == 2  # the send that met NOSCRIPT (nothing ran), then the one that ran
+    assert [reply[0] for reply in alone] == [b"run", b"run"]
+
+    claimed = [waiting_store.claim_step(run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS).kind for run in runs]
+    assert claimed == ["busy"] * len(runs)  # each claimed once
     assert waiting_store.replica_wait.short == 0
 
 
