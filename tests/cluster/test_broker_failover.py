@@ -257,7 +257,7 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
 
 @pytest.mark.xfail(
     run=False,
-    reason="not reliable yet: it passed nine runs in a row, then failed in a full run and left the cluster "
+    reason="not reliable yet: it passed eleven runs in a row, then failed in a full run and left the cluster "
     "unable to heal for the tests after it (RabbitMQ 3.10 on one machine). Run it with --runxfail",
 )
 @pytest.mark.timeout(240)
