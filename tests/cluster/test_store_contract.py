@@ -36,6 +36,9 @@ from tests.pipelines.store.test_store_lifecycle import *  # noqa: F403
 pytestmark = pytest.mark.cluster
 
 RETENTION_S = 3600
+#: The replica wait: WAIT returns as soon as the replica acknowledges, so a generous limit costs nothing
+#: and a replica slowed by a busy machine is not counted short.
+REPLICA_WAIT_MS = 5000
 
 
 def cluster_url(cluster: LocalRedisCluster) -> str:
@@ -58,7 +61,13 @@ def store_namespace() -> str:
 @pytest.fixture
 def store(redis_cluster: LocalRedisCluster, store_namespace: str) -> Iterator[RedisRunStore]:
     url = cluster_url(redis_cluster)
-    made = RedisRunStore(url=url, namespace=store_namespace, retention_s=RETENTION_S, wait_for_replicas=1)
+    made = RedisRunStore(
+        url=url,
+        namespace=store_namespace,
+        retention_s=RETENTION_S,
+        wait_for_replicas=1,
+        replica_wait_ms=REPLICA_WAIT_MS,
+    )
     yield made
     assert made.replica_wait is not None
     assert made.replica_wait.short == 0, "a replica in sync did not acknowledge a write in time"
