@@ -12,7 +12,7 @@ from typing import Any
 
 import pika
 import pytest
-from local_rabbit import RabbitCluster, RabbitNode, rejoin_note
+from local_rabbit import GLOBAL_HANG, RabbitCluster, RabbitNode
 from local_slot import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -154,9 +154,25 @@ def test_a_node_cut_off_from_the_others_stops_serving_and_loses_nothing_when_hea
     bodies = [f"during-partition:{i}".encode() for i in range(50)]
     publish_confirmed(majority, queue, bodies)
 
-    hangs_before = len(rabbit_cluster.hang_restarts)
     rabbit_cluster.heal(cut)
-    back_s = rabbit_cluster.wait_rejoined(cut)
-    hung = len(rabbit_cluster.hang_restarts) - hangs_before
-    print(f"{cut.name} served again and was counted running {back_s:.1f} s after the heal{rejoin_note(hung)}")
+    rejoined = rabbit_cluster.wait_rejoined(cut)
+    print(f"{cut.name} served again and was counted running {rejoined.seconds:.1f} s after the heal{rejoined.note()}")
     assert drain(cut, queue) == bodies
+
+
+def test_a_node_whose_boot_logs_the_global_hang_is_killed_and_started_again(rabbit_cluster: RabbitCluster) -> None:
+    node = rabbit_cluster.nodes[1]
+    rabbit_cluster.kill(node)
+    rabbit_cluster.start_node(node)
+    wait_for(lambda: rabbit_cluster.beam_pid(node) is not None, f"{node.name}'s VM", 30)
+    stuck_vm = rabbit_cluster.beam_pid(node)  # booting: serving takes it seconds more
+    with node.log.open("a") as log:  # what RabbitMQ 3.10.8 logs about 20 s into a boot stuck in global:sync()
+        log.write(f"2026-01-01 00:00:00.000000+00:00 [info] <0.1.0> {GLOBAL_HANG}: global state on x seems broken\n")
+    restarts_before = len(rabbit_cluster.hang_restarts)
+
+    rejoined = rabbit_cluster.wait_rejoined(node)
+
+    assert rejoined.restarts == 1
+    assert rabbit_cluster.hang_restarts[restarts_before:] == [node.name]
+    assert rabbit_cluster.beam_pid(node) not in (None, stuck_vm)  # a new VM serves
+    assert rabbit_cluster.running_nodes() == {n.name for n in rabbit_cluster.nodes}
