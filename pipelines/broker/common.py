@@ -116,27 +116,31 @@ class TopologyCache:
         self._built: tuple[int, Topology] | None = None
 
     def get(self, actors: Mapping[str, dramatiq.Actor[Any, Any]]) -> Topology:
-        if self._built is None or self._built[0] != len(actors):
-            topology = build_topology(
-                self.namespace,
-                (
-                    ActorRoute(
-                        a.actor_name,
-                        a.queue_name,
-                        tuple(a.options.get(opt.SUBSCRIBE, ())),
-                        profile_of(a),
-                        int(a.options.get(opt.PARTITIONS, 1)),
-                        a.options.get(opt.MAX_LENGTH) or self.config.max_queue_length or None,
-                    )
-                    for a in actors.values()
-                ),
-                queue_type=self.config.queue_type,
-                delivery_limit=self.config.delivery_limit,
-                quorum_initial_group_size=self.config.quorum_initial_group_size,
-                delay_tiers_ms=(round(s * 1000) for s in self.config.delay_tiers_s),
-            )
-            self._built = (len(actors), topology)
-        return self._built[1]
+        """The topology of ``actors``. Another thread may declare an actor meanwhile: the topology is
+        built from one snapshot and remembered under that snapshot's size, never the size after it."""
+        if self._built is not None and self._built[0] == len(actors):
+            return self._built[1]
+        declared = list(actors.values())
+        topology = build_topology(
+            self.namespace,
+            (
+                ActorRoute(
+                    a.actor_name,
+                    a.queue_name,
+                    tuple(a.options.get(opt.SUBSCRIBE, ())),
+                    profile_of(a),
+                    int(a.options.get(opt.PARTITIONS, 1)),
+                    a.options.get(opt.MAX_LENGTH) or self.config.max_queue_length or None,
+                )
+                for a in declared
+            ),
+            queue_type=self.config.queue_type,
+            delivery_limit=self.config.delivery_limit,
+            quorum_initial_group_size=self.config.quorum_initial_group_size,
+            delay_tiers_ms=(round(s * 1000) for s in self.config.delay_tiers_s),
+        )
+        self._built = (len(declared), topology)
+        return topology
 
 
 def event_message(topic: str, payload: Any, options: dict[str, Any] | None = None) -> dramatiq.Message[Any]:

@@ -266,13 +266,15 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def _actor_queues(self, queue_name: str, *, only: str | None = None) -> dict[str, tuple[str, Consumption]]:
         """The actor queues of Dramatiq queue ``queue_name`` (of actor ``only`` if given), each with its
         actor and how it is consumed."""
+        # Actors first, then the topology: it holds at least these, whatever another thread declares.
+        actors = list(self.actors.values())
         topology = self.topology
         # An ordered partition must not have a second message out while one is processed; a
         # long-running queue is read only into a free slot of the window (``polling``).
         how: dict[str, Consumption] = {"ordered": "one_at_a_time", "long_running": "long_running"}
         return {
             queue: (actor.actor_name, how.get(topology.actor_profiles[actor.actor_name], "prefetch"))
-            for actor in self.actors.values()
+            for actor in actors
             if actor.queue_name == queue_name and only in (None, actor.actor_name)
             for queue in topology.consume_queues[actor.actor_name]
         }
