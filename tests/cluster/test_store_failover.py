@@ -211,6 +211,9 @@ def test_work_goes_on_when_the_sentinels_primary_is_sigkilled_under_a_store_wait
         redis_sentinel.kill(primary)
         promoted = redis_sentinel.wait_promoted(primary)
         promoted_at = time.time()
+        # Back as a replica of the promoted one, as a supervisor would restart it: until then every write
+        # waits the whole ``replica_wait_ms`` for a replica there is not (``test_store_sentinel.py``).
+        redis_sentinel.ensure_whole()
         return Failover(str(primary), f"replica {promoted}", killed_at, promoted_at, f"all {len(runs)} runs")
 
     try:
