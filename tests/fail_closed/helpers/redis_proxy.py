@@ -6,8 +6,9 @@ everything else, and the other clients of that Redis (the test, other tests) are
 the server itself refuse (a replica for READONLY and MASTERDOWN, ``maxmemory`` for OOM, a runaway script
 for BUSY) would stall every client, and LOADING cannot be produced on demand at all.
 
-Commands are forwarded one at a time, each reply read whole before the next command (RESP2 and RESP3,
-no pub/sub): enough for the store's scripts and pipelines.
+Commands are forwarded one at a time, each reply read whole before the next command (RESP2 and RESP3):
+enough for the store's scripts and pipelines. A connection that subscribes is relayed as it is from
+then on, both ways at once, so a run's waiter hears what the store's scripts publish.
 """
 
 from __future__ import annotations
@@ -67,6 +68,19 @@ def _read(stream: BinaryIO) -> tuple[bytes, list[bytes]]:  # noqa: PLR0911 (one 
     raise ValueError(f"not RESP2: {line[:40]!r}")
 
 
+#: Commands after which a connection takes messages Redis pushes unasked (pub/sub).
+SUBSCRIBING = {b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE"}
+
+
+def _relay(source: BinaryIO, target: socket.socket) -> None:
+    """Copy what arrives on ``source`` (buffered bytes first) to ``target`` until either closes."""
+    with contextlib.suppress(OSError, ValueError):
+        while data := source.read1(65536):  # type: ignore[attr-defined]
+            target.sendall(data)
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
+
+
 class ErrorProxy:
     """Listens on a free port and forwards to ``upstream``; ``inject(command)`` may return an error reply."""
 
@@ -99,6 +113,12 @@ class ErrorProxy:
                         client.sendall(reply)
                         continue
                     server.sendall(raw)
+                    if command and command[0].upper() in SUBSCRIBING:
+                        pushed = threading.Thread(target=_relay, args=(from_server, client), daemon=True)
+                        pushed.start()
+                        _relay(from_client, server)
+                        pushed.join()
+                        return
                     client.sendall(_read(from_server)[0])
             except (EOFError, OSError, ValueError):
                 return
