@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -72,10 +73,10 @@ def _read(stream: BinaryIO) -> tuple[bytes, list[bytes]]:  # noqa: PLR0911 (one 
 SUBSCRIBING = {b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE"}
 
 
-def _relay(source: BinaryIO, target: socket.socket) -> None:
+def _relay(source: io.BufferedReader, target: socket.socket) -> None:
     """Copy what arrives on ``source`` (buffered bytes first) to ``target`` until either closes."""
     with contextlib.suppress(OSError, ValueError):
-        while data := source.read1(65536):  # type: ignore[attr-defined]
+        while data := source.read1(65536):
             target.sendall(data)
     with contextlib.suppress(OSError):
         target.shutdown(socket.SHUT_WR)
