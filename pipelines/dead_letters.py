@@ -12,8 +12,7 @@ purge dead letters; a new broker implements it and passes ``tests/pipelines/brok
 from __future__ import annotations
 
 import traceback
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -136,12 +135,14 @@ class DeadLetterAdmin(DeadLetterPublisher, Protocol):
     """
 
     def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
-        """Up to ``limit`` dead letters of ``queue``, oldest first, left in place."""
+        """Up to ``limit`` dead letters of ``queue``, oldest first, left in place: reading a letter never
+        counts as a delivery of it (a queue's delivery limit cannot drop it)."""
         ...
 
-    def taking_dead_letter(self, queue: str, message_id: str) -> AbstractContextManager[RawDeadLetter | None]:
-        """The dead letter ``message_id`` of ``queue`` (None if it is not there), removed from the queue
-        only if the block ends without an error."""
+    def remove_dead_letters(self, queue: str, remove: Callable[[RawDeadLetter], bool]) -> None:
+        """Hand each letter of ``queue`` to ``remove``, oldest first: those it returns True for leave the
+        queue (a replay returns True once it is published), the others stay in their order. An error it
+        raises keeps that letter and every later one, and is raised to the caller."""
         ...
 
     def purge_dead_letters(self, queue: str) -> int:

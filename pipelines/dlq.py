@@ -8,6 +8,7 @@ its queue only once its replay is published, and each one is replayed at most on
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -109,20 +110,40 @@ class DeadLetterQueues:
             DeadLetterNotFound: No such dead letter.
             CannotReplay: A malformed message, or a step whose run has ended or expired.
         """
+        outcomes: dict[str, ReplayOutcome] = {}
+
+        def replay_it(raw: RawDeadLetter, source: str) -> bool:
+            if raw.message_id != letter_id or outcomes:
+                return False
+            outcomes[letter_id] = self._replay(_entry(raw, source))
+            return True
+
         for dead, source in self.queues(queue).items():
-            with self.broker.taking_dead_letter(dead, letter_id) as raw:
-                if raw is not None:
-                    return self._replay(_entry(raw, source))
+            self.broker.remove_dead_letters(dead, functools.partial(replay_it, source=source))
+            if outcomes:
+                return outcomes[letter_id]
         raise DeadLetterNotFound(f"No dead letter {letter_id} to replay (replayed or purged already?).")
 
-    def replay_all(self, queue: str | None = None, *, limit: int = 10_000) -> dict[str, ReplayOutcome | str]:
-        """Replay every dead letter (of ``queue``); what happened to each, by id (errors as text)."""
+    def replay_all(
+        self, queue: str | None = None, *, reason: str | None = None, limit: int = 10_000
+    ) -> dict[str, ReplayOutcome | str]:
+        """Replay every dead letter (of ``queue``, dead-lettered for ``reason``), at most ``limit``, in one
+        pass over each queue; what happened to each, by id (errors as text)."""
         outcomes: dict[str, ReplayOutcome | str] = {}
-        for letter in self.list(queue, limit=limit):
+
+        def replay_it(raw: RawDeadLetter, source: str) -> bool:
+            letter = _entry(raw, source)
+            if len(outcomes) >= limit or (reason is not None and letter.reason.reason != reason):
+                return False
             try:
-                outcomes[letter.id] = self.replay(letter.id, queue=letter.queue)
+                outcomes[letter.id] = self._replay(letter)
             except PipelinesError as e:
                 outcomes[letter.id] = f"not replayed: {e}"
+                return False
+            return True
+
+        for dead, source in self.queues(queue).items():
+            self.broker.remove_dead_letters(dead, functools.partial(replay_it, source=source))
         return outcomes
 
     def purge(self, queue: str | None = None) -> int:

@@ -12,10 +12,9 @@ queue's dead letter with the reason, and never reaches a worker thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from queue import Empty, Queue
 from typing import Any
 
@@ -200,13 +199,17 @@ class MemoryBroker(HookDispatch, StubBroker):
         """Up to ``limit`` dead letters of ``queue``, oldest first, left in place."""
         return [letter for _, _, letter in self._dead_letter_entries(queue)][:limit]
 
-    @contextlib.contextmanager
-    def taking_dead_letter(self, queue: str, message_id: str) -> Iterator[RawDeadLetter | None]:
-        """The dead letter ``message_id`` of ``queue``, removed if the block ends without error."""
-        found = next((e for e in self._dead_letter_entries(queue) if e[2].message_id == message_id), None)
-        yield found[2] if found else None
-        if found:
-            found[0].pop(found[1])
+    def remove_dead_letters(self, queue: str, remove: Callable[[RawDeadLetter], bool]) -> None:
+        """Hand each dead letter of ``queue`` to ``remove``, oldest first; those it returns True for are
+        deleted, and an error it raises keeps that letter and the later ones."""
+        taken: list[tuple[list[Any], int]] = []
+        try:
+            for kept, index, letter in self._dead_letter_entries(queue):
+                if remove(letter):
+                    taken.append((kept, index))
+        finally:
+            for kept, index in reversed(taken):
+                kept.pop(index)
 
     def purge_dead_letters(self, queue: str) -> int:
         """Delete every dead letter of ``queue`` (the only queues kept here between calls)."""

@@ -32,7 +32,6 @@ from pipelines.console.views import (
     WorkerView,
 )
 from pipelines.dlq import DeadLetter
-from pipelines.errors import PipelinesError
 from pipelines.masking import mask_text
 from pipelines.naming import dead_letter_queue
 from pipelines.store.base import RunSummary, StepStatus
@@ -268,17 +267,7 @@ class ConsoleData:
 
     def replay_all(self, *, queue: str | None = None, reason: str | None = None) -> dict[str, str]:
         """Replay every dead letter of a filter; what happened to each, by id."""
-        if reason is None:
-            return dict(self.app.dead_letters.replay_all(queue))
-        outcomes: dict[str, str] = {}
-        for letter in self.app.dead_letters.list(queue, limit=10_000):
-            if letter.reason.reason != reason:
-                continue
-            try:
-                outcomes[letter.id] = self.app.dead_letters.replay(letter.id, queue=letter.queue)
-            except PipelinesError as e:
-                outcomes[letter.id] = f"not replayed: {e}"
-        return outcomes
+        return dict(self.app.dead_letters.replay_all(queue, reason=reason))
 
     def purge(self, *, queue: str | None = None) -> int:
         """Delete the dead letters (of ``queue``) for good; how many."""

@@ -10,6 +10,7 @@ Chromium through Playwright, with the flags a root user in a container needs, an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -167,6 +168,27 @@ def console_settings(metrics_port: int) -> Settings:
     )
 
 
+@contextlib.contextmanager
+def served_console(app: App) -> Iterator[str]:
+    """``app``'s console served by uvicorn in a thread on a free port of 127.0.0.1; yields its URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(build_console(app), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, name="console", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive(), "the console stopped at start"
+        assert time.monotonic() < deadline, "the console did not start within 10 s"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 @pytest.fixture(scope="module")
 def console(services: None) -> Iterator[Console]:
     """An app with the example actors and a worker, and its console on a free port (module-wide)."""
@@ -181,23 +203,11 @@ def console(services: None) -> Iterator[Console]:
     metrics_server = serve_http(
         "127.0.0.1", metrics_port, metrics.registry, namespace=app.settings.namespace, health=lambda: None
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(build_console(app), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, name="console", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive(), "the console stopped at start"
-        assert time.monotonic() < deadline, "the console did not start within 10 s"
-        time.sleep(0.02)
     try:
-        yield Console(app, actors, f"http://127.0.0.1:{port}")
+        with served_console(app) as url:
+            yield Console(app, actors, url)
     finally:
         actors.release.set()
-        server.should_exit = True
-        thread.join(10)
         worker.stop()
         metrics_server.shutdown()
         metrics_server.server_close()

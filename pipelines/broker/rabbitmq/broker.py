@@ -7,11 +7,10 @@ This class is what Dramatiq and the middleware talk to; it composes the parts th
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from queue import Empty
 from typing import Any
 
@@ -335,14 +334,12 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self._dead_letters.dead_letter(body, message_id=message_id, reason=reason, queue=queue)
 
     def peek_dead_letters(self, queue: str, limit: int) -> list[RawDeadLetter]:
-        """Up to ``limit`` dead letters of ``queue``, left in place (read, then released unacknowledged)."""
+        """Up to ``limit`` dead letters of ``queue``, left in place (``pipelines.broker.rabbitmq.dead_letters``)."""
         return self._dead_letters.peek_dead_letters(queue, limit)
 
-    @contextlib.contextmanager
-    def taking_dead_letter(self, queue: str, message_id: str) -> Iterator[RawDeadLetter | None]:
-        """The dead letter ``message_id`` of ``queue``, removed from it if the block ends without error."""
-        with self._dead_letters.taking_dead_letter(queue, message_id) as letter:
-            yield letter
+    def remove_dead_letters(self, queue: str, remove: Callable[[RawDeadLetter], bool]) -> None:
+        """Hand each dead letter of ``queue`` to ``remove``; those it returns True for leave the queue."""
+        self._dead_letters.remove_dead_letters(queue, remove)
 
     def purge_dead_letters(self, queue: str) -> int:
         """Delete every dead letter of ``queue``; returns how many there were."""

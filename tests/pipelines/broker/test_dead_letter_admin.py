@@ -14,7 +14,7 @@ import pytest
 from pipelines import naming
 from pipelines.app import App
 from pipelines.codec import encode_message
-from pipelines.dead_letters import DeadLetterAdmin, DeadLetterReason
+from pipelines.dead_letters import DeadLetterAdmin, DeadLetterReason, RawDeadLetter
 from tests.backends import on_each_broker
 from tests.fixtures import MakeApp
 
@@ -39,6 +39,11 @@ class DeadLetters:
         reason = DeadLetterReason(reason=why, error_type="ValueError", error=f"order {n}", actor="charge", at="now")
         self.admin.dead_letter(body, message_id=message.message_id, reason=reason, queue=self.home)
         return message.message_id, body, reason
+
+    def body_of(self, message_id: str) -> bytes:
+        return next(
+            letter.body for letter in self.admin.peek_dead_letters(self.dead, 100) if letter.message_id == message_id
+        )
 
     def ids(self, limit: int = 100) -> list[str]:
         return [letter.message_id for letter in self.admin.peek_dead_letters(self.dead, limit)]
@@ -70,32 +75,50 @@ def test_peeking_gives_at_most_the_limit_oldest_first(letters: DeadLetters) -> N
     assert letters.ids() == put
 
 
-def test_a_taken_letter_leaves_its_queue_only_when_the_block_ends_without_error(letters: DeadLetters) -> None:
+def test_a_letter_leaves_its_queue_only_when_removing_it_succeeds(letters: DeadLetters) -> None:
     first, _, _ = letters.put(1)
     second, body, _ = letters.put(2)
+    handed: list[tuple[str, bytes]] = []
 
-    def fail_to_replay(letter_id: str) -> None:
-        with letters.admin.taking_dead_letter(letters.dead, letter_id) as taken:
-            assert taken is not None
+    def fail_to_replay(letter: RawDeadLetter) -> bool:
+        if letter.message_id == second:
             raise RuntimeError("the replay could not be published")
+        return False
 
     with pytest.raises(RuntimeError):
-        fail_to_replay(second)
-    assert sorted(letters.ids()) == sorted([first, second])
+        letters.admin.remove_dead_letters(letters.dead, fail_to_replay)
+    assert letters.ids() == [first, second]
 
-    with letters.admin.taking_dead_letter(letters.dead, second) as taken:
-        assert taken is not None
-        assert (taken.message_id, taken.body) == (second, body)
+    def replay_second(letter: RawDeadLetter) -> bool:
+        handed.append((letter.message_id, letter.body))
+        return letter.message_id == second
+
+    letters.admin.remove_dead_letters(letters.dead, replay_second)
+    assert handed == [(first, letters.body_of(first)), (second, body)]
     assert letters.ids() == [first]
 
 
-def test_taking_a_letter_that_is_not_there_gives_none_and_leaves_the_others(letters: DeadLetters) -> None:
-    kept, _, _ = letters.put(1)
+def test_an_error_while_removing_keeps_the_letters_not_handled_yet_and_removes_those_before(
+    letters: DeadLetters,
+) -> None:
+    put = [letters.put(n)[0] for n in range(4)]
 
-    with letters.admin.taking_dead_letter(letters.dead, "no-such-letter") as taken:
-        assert taken is None
+    def remove_until_the_third(letter: RawDeadLetter) -> bool:
+        if letter.message_id == put[2]:
+            raise RuntimeError("the broker went away")
+        return True
 
-    assert letters.ids() == [kept]
+    with pytest.raises(RuntimeError):
+        letters.admin.remove_dead_letters(letters.dead, remove_until_the_third)
+    assert letters.ids() == put[2:]
+
+
+def test_removing_nothing_leaves_every_letter_in_its_order(letters: DeadLetters) -> None:
+    put = [letters.put(n)[0] for n in range(3)]
+
+    letters.admin.remove_dead_letters(letters.dead, lambda letter: False)
+
+    assert letters.ids() == put
 
 
 def test_purging_deletes_every_letter_and_says_how_many(letters: DeadLetters) -> None:
@@ -112,8 +135,7 @@ def test_a_queue_without_letters_reads_as_empty(letters: DeadLetters, queue: str
     dead = letters.dead if queue == "declared" else f"{letters.app.settings.namespace}.nothing.here.dead"
 
     assert letters.admin.peek_dead_letters(dead, 10) == []
-    with letters.admin.taking_dead_letter(dead, "any") as taken:
-        assert taken is None
+    letters.admin.remove_dead_letters(dead, lambda letter: pytest.fail("a queue without letters handed one"))
     assert letters.admin.purge_dead_letters(dead) == 0
 
 
