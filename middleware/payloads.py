@@ -30,12 +30,16 @@ from pipelines.payloads import (
     payload_model,
 )
 from pipelines.payloads import from_wire as payload_from_wire
+from pipelines.plan import StepAddress
 from pipelines.sealing import Sealer, Unsealable, has_sealed
 
 logger = logging.getLogger(__name__)
 
 #: How long a message of a newer schema version waits before it is offered to a worker again, in ms.
 NEWER_VERSION_RECHECK_MS = 30_000
+#: Why a message this middleware refuses is dead-lettered: none of them can ever run.
+UNDECRYPTABLE, INVALID_PAYLOAD, INVALID_ARGUMENTS = "undecryptable", "invalid payload", "invalid arguments"
+REFUSALS = frozenset({UNDECRYPTABLE, INVALID_PAYLOAD, INVALID_ARGUMENTS})
 
 
 class Payloads(Middleware):
@@ -64,7 +68,9 @@ class Payloads(Middleware):
                     check_arguments(actor, message.args, message.kwargs)
                 return
             args, kwargs = (
-                self.sealer.open_message(message) if sealed and self.sealer else (message.args, message.kwargs)
+                self.sealer.open_message(message, _run_of(message))
+                if sealed and self.sealer
+                else (message.args, message.kwargs)
             )
             if typed:
                 args, kwargs = (payload_from_wire(actor, args, wire_options.schema_version(message.options)),), {}
@@ -72,19 +78,25 @@ class Payloads(Middleware):
                 check_arguments(actor, args, kwargs)
         except Unsealable as e:
             logger.error("Dead-lettering %s of %s: %s", message.message_id, message.actor_name, e)
-            fail_message(message, "undecryptable", e)
+            fail_message(message, UNDECRYPTABLE, e)
             raise SkipMessage from None
         except NewerPayload as e:
             put_off(broker, message, NEWER_VERSION_RECHECK_MS, str(e))
             raise SkipMessage from None
         except InvalidPayload as e:
             logger.error("Dead-lettering %s: %s", message.message_id, e)
-            fail_message(message, "invalid payload", e)
+            fail_message(message, INVALID_PAYLOAD, e)
             raise SkipMessage from None
         except InvalidArguments as e:
             logger.error("Dead-lettering %s: %s", message.message_id, e)
-            fail_message(message, "invalid arguments", e)
+            fail_message(message, INVALID_ARGUMENTS, e)
             raise SkipMessage from None
         # The proxy's own attributes shadow its message's: the actor gets these, the wire form stays.
         setattr(message, "args", args)  # noqa: B010
         setattr(message, "kwargs", kwargs)  # noqa: B010
+
+
+def _run_of(message: dramatiq.broker.MessageProxy) -> str | None:
+    """The run a step message belongs to (what an encrypting step's sealed result opens in)."""
+    address = StepAddress.best_effort(message)
+    return address.run_id if address is not None else None

@@ -41,6 +41,7 @@ from pipelines.errors import (
     error_name,
 )
 from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
+from pipelines.middleware.payloads import REFUSALS as PAYLOAD_REFUSALS
 from pipelines.outcome import fail_message, outcome_of
 from pipelines.plan import StepAddress
 from pipelines.recording import carry, record_within_lease
@@ -140,11 +141,13 @@ class PipelineSteps(Middleware):
             fail_message(message, "could not advance the run")
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        # A step past its max_age never reached its claim (``MaxAge`` comes first): its run fails here,
-        # naming it, rather than waiting for a step that will not run.
+        # A step past its max_age, or whose arguments cannot be opened or validated, never reached its
+        # claim (``MaxAge`` and ``Payloads`` come first): its run fails here, naming it, rather than
+        # waiting for a step that will never run.
         address = StepAddress.of(message)
         outcome = outcome_of(message)
-        if address is not None and outcome.failure == MAX_AGE_EXCEEDED and outcome.failure_error is not None:
+        refused = outcome.failure == MAX_AGE_EXCEEDED or outcome.failure in PAYLOAD_REFUSALS
+        if address is not None and refused and outcome.failure_error is not None:
             self.runtime.fail(message, address, outcome.failure_error, final=True)
 
     def after_process_message(

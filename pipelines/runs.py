@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 from typing_extensions import TypeVar
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
-from pipelines.sealing import Sealer
+from pipelines.sealing import Opening, Sealer
 from pipelines.store.base import RunStatus
 from pipelines.store.roles import RunViews
 
@@ -118,7 +118,7 @@ class Run(Generic[R]):
         if status.state == "cancelled":
             raise RunCancelled(f"Run {self.id} was cancelled.")
         # An encrypting actor's result is stored sealed; the caller gets it opened (with the keys).
-        result = self._sealer.open(status.result) if self._sealer is not None else status.result
+        result = self._sealer.open(status.result, Opening(run=self.id)) if self._sealer is not None else status.result
         return cast(R, result)  # what the last step returned, decoded from JSON
 
     def cancel(self) -> bool:

@@ -32,7 +32,7 @@ from pipelines.errors import (
 )
 from pipelines.naming import new_id, run_id_for_key
 from pipelines.plan import ROOT, Leaf, StepAddress
-from pipelines.sealing import Sealer, encrypts
+from pipelines.sealing import SealedFor, Sealer, encrypts
 from pipelines.step_messages import StepInput, step_messages
 from pipelines.store.base import Advance, Claim, NewRun
 from pipelines.store.roles import RunSteps
@@ -256,7 +256,7 @@ class Runtime:
                 message.options[opt.TRACE] = dict(carrier)
         trace_id = span.get_span_context().trace_id if span is not None else None
         starts, entries = dict(stored_starts(broker, compiled, self.sealer)), dict(compiled.entries)
-        first = first_steps_kept(broker, compiled.plan.entry, StepInput(args, kwargs), self.sealer)
+        first = first_steps_kept(broker, compiled.plan.entry, StepInput(args, kwargs), self.sealer, run_id)
         if first is not None:  # where steps start, the first ones too: the stall sweep publishes from there
             starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in compiled.plan.entry]
         record = NewRun(
@@ -303,7 +303,7 @@ class Runtime:
         """
         actor = broker.actors.get(message.actor_name)
         if self.sealer is not None and actor is not None and encrypts(actor):
-            result = self.sealer.seal(result)
+            result = self.sealer.seal(result, SealedFor(run=address.run_id))
         value = encode_value(result)
         if len(value) > self.max_result_bytes:
             raise ResultTooLarge(

@@ -25,7 +25,7 @@ from pipelines.broker.common import PipelineBroker
 from pipelines.context import correlation
 from pipelines.plan import Leaf
 from pipelines.runtime import Runtime
-from pipelines.sealing import Unsealable
+from pipelines.sealing import Opening, Unsealable
 from pipelines.step_messages import StepInput, step_messages
 from pipelines.store.base import StallCheck, StalledGroup
 from pipelines.store.roles import StallChecks
@@ -91,18 +91,18 @@ class StallSweep:
 
     def _messages(self, check: StallCheck, group: StalledGroup) -> list[dramatiq.Message[Any]]:
         idle = set(group.steps)
-        leaves = [Leaf.from_json(data) for data in self._opened(group.leaves_json) if data["node"] in idle]
-        args, kwargs = self._opened(group.input_json)
+        leaves = [Leaf.from_json(data) for data in self._opened(check, group.leaves_json) if data["node"] in idle]
+        args, kwargs = self._opened(check, group.input_json)
         return step_messages(leaves, run_id=check.run_id, pipeline=check.pipeline, given=StepInput(tuple(args), kwargs))
 
-    def _opened(self, text: str) -> Any:
+    def _opened(self, check: StallCheck, text: str) -> Any:
         """A list the store keeps (leaves, or what they receive), opened if it was sealed as a whole (the
         first steps', when one of their actors encrypts: a list is never kept sealed otherwise)."""
         kept = orjson.loads(text)
         if isinstance(kept, dict):
             if self.runtime.sealer is None:
                 raise Unsealable("The run's first steps are kept sealed, and [encryption] keys is empty.")
-            kept = self.runtime.sealer.open(kept)
+            kept = self.runtime.sealer.open_sealed(kept, Opening(run=check.run_id))
         return kept
 
     def _failed(self, check: StallCheck) -> None:

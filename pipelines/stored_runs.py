@@ -18,7 +18,7 @@ from pipelines.codec import encode_value
 from pipelines.compiled_plans import CompiledPlan
 from pipelines.errors import DefinitionError
 from pipelines.plan import Leaf
-from pipelines.sealing import Sealer, encrypts
+from pipelines.sealing import SealedFor, Sealer, encrypts
 from pipelines.step_messages import StepInput
 
 
@@ -35,9 +35,10 @@ def stored_starts(broker: PipelineBroker, compiled: CompiledPlan, sealer: Sealer
 
 
 def first_steps_kept(
-    broker: PipelineBroker, entry: Sequence[Leaf], given: StepInput, sealer: Sealer | None
+    broker: PipelineBroker, entry: Sequence[Leaf], given: StepInput, sealer: Sealer | None, run_id: str
 ) -> tuple[str, str] | None:
-    """The first steps and what they receive, as JSON, both sealed when one of their actors encrypts.
+    """The first steps and what they receive, as JSON, both sealed for run ``run_id`` when one of their
+    actors encrypts.
     None for arguments that are not JSON, which the publish refuses with the reason."""
     try:
         leaves = encode_value([leaf.to_json() for leaf in entry])
@@ -45,7 +46,9 @@ def first_steps_kept(
     except DefinitionError:
         return None
     if sealer is not None and any(_encrypts(broker, leaf) for leaf in entry):
-        leaves, received = (orjson.dumps(sealer.seal(orjson.loads(text))).decode() for text in (leaves, received))
+        leaves, received = (
+            orjson.dumps(sealer.seal(orjson.loads(text), SealedFor(run=run_id))).decode() for text in (leaves, received)
+        )
     return leaves, received
 
 

@@ -342,3 +342,59 @@ def _publish_raw(app: Any, message: dramatiq.Message[Any]) -> None:
     body = orjson.dumps({**message.asdict(), "args": list(message.args)})
     connection.channel().basic_publish(app.broker.topology.work_exchange, message.actor_name, body)
     connection.close()
+
+
+def test_a_sealed_value_opens_only_for_the_actor_and_field_it_was_sealed_for_or_in_its_run(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
+    app = secret_app(make_app, [NEW_KEY])
+    observer = observe(app)
+    echoed: list[Any] = []
+
+    @dramatiq.actor(broker=app.broker, encrypt=True)
+    def store_pan(pan: str) -> str:
+        return pan[-4:]
+
+    @dramatiq.actor(broker=app.broker, secret_fields=["card_number"])
+    def charge(card_number: str = "", note: str = "") -> str:
+        echoed.append(note)
+        return note
+
+    @dramatiq.actor(broker=app.broker)
+    def just_echo(x: Any = None, *rest: Any) -> Any:
+        echoed.append(x)
+        return x
+
+    prepare = app.broker.outbound.prepare
+    [(whole, _)] = prepare(app.broker.actors, [store_pan.message("4111111111111111")])
+    [(field, _)] = prepare(app.broker.actors, [charge.message(card_number="5500005555555559")])
+    whole_token = {"$sealed": whole.options[opt.SEALED]}
+    field_token = field.kwargs["card_number"]
+    start_worker(app)
+    sealed_result = _stored_result(app.start(chain(step(store_pan, "340000000000009"))))
+
+    misplaced = [
+        just_echo.message(whole_token),  # another actor
+        charge.message(note=field_token),  # the same actor, another field
+        just_echo.message(field_token),
+        just_echo.message(sealed_result),  # a run's sealed result, outside any run
+    ]
+    for message in misplaced:  # sent as any producer can
+        app.broker.enqueue(message)
+    other_run = app.start(chain(step(just_echo, sealed_result)))  # ... and in another run
+
+    observer.wait_dead_lettered("just_echo", 4)
+    observer.wait_dead_lettered("charge", 1)
+    assert other_run.wait(30).state == "failed"
+    assert echoed == []
+    letters = app.dead_letters.list()
+    assert len(letters) == 5
+    assert {letter.reason.reason for letter in letters} == {"undecryptable"}
+    assert all("sealed for somewhere else" in (letter.reason.error or "") for letter in letters)
+
+
+def _stored_result(run: Any) -> Any:
+    """The result of a run's last step as the run store keeps it (sealed, when its actor encrypts)."""
+    status = run.wait(30)
+    assert status.state == "succeeded"
+    return status.result
