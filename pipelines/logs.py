@@ -1,8 +1,14 @@
 """Log lines that say which message they are about: correlation id, run id, message id, actor, attempt.
 
 :class:`MessageContextFilter` adds those fields to every record from the message context;
-:class:`JsonFormatter` writes one JSON object per line. ``install`` puts both on the root logger's
-handlers, which is what worker processes do when they boot.
+:class:`JsonFormatter` writes one JSON object per line, :class:`TextFormatter` one line of text per
+record (a traceback indented under it). ``install`` puts them on the root logger's handlers, which is
+what worker processes do when they boot.
+
+Both formats mask secrets (:func:`~pipelines.masking.mask_text`) in the message and the traceback
+alike. A log line must also say only what happened: a message or an id that holds a line break
+(an exception's text, a producer's correlation id) is written with ``\n`` escaped, and every line of
+a traceback is indented, so nothing a message carries can start a line that reads as another record.
 """
 
 from __future__ import annotations
@@ -50,12 +56,46 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 entry[name] = value
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+        details = _details(self, record)
+        if details:
+            entry["exception"] = details
         return orjson.dumps(entry, default=str).decode()
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(correlation_id)s %(run_id)s %(message_id)s] %(message)s"
+#: What starts every line of a traceback in a text log (no line of it reads as a record).
+TRACEBACK_INDENT = "    "
+
+
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT`: one line per record, secrets masked, its traceback indented under it."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = mask_text(record.getMessage())
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = one_line(self.formatMessage(record))
+        details = _details(self, record)
+        if details:
+            line += "".join(f"\n{TRACEBACK_INDENT}{row}" for row in details.splitlines())
+        return line
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks escaped (``\\n``, ``\\r``)."""
+    return text.replace("\r", "\\r").replace("\n", "\\n") if "\n" in text or "\r" in text else text
+
+
+def _details(formatter: logging.Formatter, record: logging.LogRecord) -> str:
+    """A record's traceback and stack, masked ("" for none)."""
+    parts = []
+    if record.exc_info:
+        parts.append(formatter.formatException(record.exc_info))
+    if record.stack_info:
+        parts.append(formatter.formatStack(record.stack_info))
+    return mask_text("\n".join(parts)) if parts else ""
 
 
 def install(format: Literal["json", "text"], level: str) -> None:
@@ -68,7 +108,7 @@ def install(format: Literal["json", "text"], level: str) -> None:
     # `dramatiq` CLI already sets CRITICAL in its workers, where our own errors say what went wrong).
     pika_logger = logging.getLogger("pika")
     pika_logger.setLevel(max(logging.WARNING, logging.getLevelName(level), pika_logger.level))
-    formatter = JsonFormatter() if format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if format == "json" else TextFormatter()
     for handler in root.handlers:
         if not any(isinstance(f, MessageContextFilter) for f in handler.filters):
             handler.addFilter(MessageContextFilter())

@@ -1,5 +1,10 @@
 """Masking secrets in what is printed or logged: passwords in URLs, in their queries and in free text.
 
+A URL's password is everything between the ``:`` after its user name and the *last* ``@`` after its
+``://``: passwords are often not percent-encoded and hold ``/``, ``'``, spaces or ``@`` (base64 ones do).
+In free text a URL has no clear end, so from each ``scheme://`` the last ``@`` on the same line, before
+the next URL, ends its user info: a line may be masked more than it needs, never less.
+
 Kept apart from the configuration so that logging can mask without importing pydantic, pika or redis.
 """
 
@@ -7,13 +12,17 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 _SECRET_QUERY_KEYS = frozenset({"password", "pass", "secret", "token"})
-
-
 #: ``user:password@`` anywhere, for what does not parse as a URL (a scheme typo such as ``amqp//``).
 _USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]*):(?P<password>[^\s/@'\"]+)@")
+#: Where a URL starts: its scheme.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: A secret in a URL's query (``?password=...``), wherever the URL ends.
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r"))=(?P<value>[^&#\s'\"<>]*)", re.IGNORECASE
+)
+MASK = "***"
 
 
 def mask_url(url: str) -> str:
@@ -21,34 +30,23 @@ def mask_url(url: str) -> str:
     each URL in a comma-separated list of them (a cluster's nodes)."""
     if url.count("://") > 1 and "," in url:
         return ",".join(mask_url(part) for part in url.split(","))
-    parts = urlsplit(url)
-    if not parts.netloc:
-        return _USERINFO.sub(r"\g<user>:***@", url)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    netloc = parts.netloc
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
-    query = "&".join(
-        f"{key}=***" if sep and key.lower() in _SECRET_QUERY_KEYS else f"{key}{sep}{value}"
-        for key, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
-    )
-    if (netloc, query) == (parts.netloc, parts.query):
-        return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+    scheme = _SCHEME.match(url)
+    if scheme is None:
+        return _secret_queries(_USERINFO.sub(rf"\g<user>:{MASK}@", url))
+    return url[: scheme.end()] + _secret_queries(_userinfo_masked(url[scheme.end() :]))
 
 
 def mask_text(text: str) -> str:
-    """``text`` with every URL in it masked (log lines, error messages)."""
+    """``text`` with the password of every URL in it masked (log lines, error messages, tracebacks)."""
     if "://" in text:
-        text = _URL_IN_TEXT.sub(lambda match: mask_url(match.group(0)), text)
-    return _USERINFO.sub(r"\g<user>:***@", text) if "@" in text else text
+        text = "\n".join(_mask_line(line) if "://" in line else line for line in text.split("\n"))
+    if "@" in text:
+        text = _USERINFO.sub(rf"\g<user>:{MASK}@", text)
+    return text
 
 
 def mask_secrets(value: Any) -> Any:
-    """``value`` with :func:`mask_url` applied to every string in it that looks like a URL."""
+    """``value`` with :func:`mask_text` applied to every string in it, at any depth."""
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, dict):
@@ -56,3 +54,26 @@ def mask_secrets(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [mask_secrets(item) for item in value]
     return value
+
+
+def _mask_line(line: str) -> str:
+    matches = list(_SCHEME.finditer(line))
+    if not matches:
+        return line
+    pieces = [line[: matches[0].start()]]
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
+        end = following.start() if following is not None else len(line)
+        pieces.append(match.group(0) + _secret_queries(_userinfo_masked(line[match.end() : end])))
+    return "".join(pieces)
+
+
+def _userinfo_masked(rest: str) -> str:
+    """What follows ``scheme://``, with everything from the first ``:`` to the last ``@`` masked."""
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return rest
+    return f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
+
+
+def _secret_queries(text: str) -> str:
+    return _SECRET_QUERY.sub(lambda m: f"{m.group('key')}={MASK}" if m.group("value") else m.group(0), text)

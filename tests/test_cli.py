@@ -220,6 +220,32 @@ def test_queues_and_topology_mark_actor_queues_that_no_worker_reads(namespaces: 
     assert not re.search(r"(dead-letter|delay).*no consumer", topology.stdout)
 
 
+@pytest.mark.parametrize(
+    ("password", "valid"), [("pa/ss", False), ("it's", True), ("two words", True), ("b64+/a=@x", False)]
+)
+def test_a_password_with_slashes_quotes_spaces_or_at_signs_is_masked_in_the_config_and_in_errors(
+    services: None, password: str, valid: bool
+) -> None:
+    """A '/' not percent-encoded makes the URL invalid (its port is read from the password); it is still
+    masked in the error that says so."""
+    given = environment("t-config", PIPELINES_STORE__URL=f"redis://u:{password}@127.0.0.1:6379/14")
+    down = environment(fresh_namespace(), PIPELINES_STORE__URL=f"redis://u:{password}@127.0.0.1:1/0")
+
+    shown = pipelines(given, "config")
+    unreachable = pipelines(down, "status", "no-such-run")
+
+    for result in (shown, unreachable):
+        assert password not in result.stdout + result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    if valid:
+        assert json.loads(shown.stdout)["store"]["url"] == "redis://u:***@127.0.0.1:6379/14"
+        assert unreachable.returncode == 1
+        assert "redis://u:***@127.0.0.1:1/0" in unreachable.stderr
+    else:
+        assert shown.returncode == unreachable.returncode == 2
+        assert "store.url = 'redis://u:***@127.0.0.1:6379/14'" in shown.stderr
+
+
 def test_config_prints_the_effective_values_with_the_password_masked(services: None) -> None:
     env = environment("t-config", PIPELINES_BROKER__URL="amqp://admin:hunter2@rabbit.internal:5672/%2F")
 

@@ -219,14 +219,15 @@ def _command(args: argparse.Namespace) -> int:
     # Like `dramatiq`: the user's modules (app.actors) are found in the directory the command runs in.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    # Imported before the try: a failed import is its own error, not hidden by the except clauses below.
+    from pipelines.app import configure
+    from pipelines.cli.commands import COMMANDS, UsageError, print_config
+    from pipelines.cli.output import Output
+    from pipelines.config import load_settings
     from pipelines.errors import ConfigError, DefinitionError, InvalidQuery, PipelinesError
+    from pipelines.masking import mask_text
 
     try:
-        from pipelines.app import configure
-        from pipelines.cli.commands import COMMANDS, UsageError, print_config
-        from pipelines.cli.output import Output
-        from pipelines.config import load_settings
-
         settings = load_settings(args.config)
         if args.app:
             settings = settings.model_copy(update={"app": settings.app.model_copy(update={"actors": args.app})})
@@ -238,10 +239,10 @@ def _command(args: argparse.Namespace) -> int:
         app.load_modules()
         return COMMANDS[args.command](app, args, Output())
     except (ConfigError, DefinitionError, InvalidQuery, UsageError) as e:
-        print(f"pipelines: {e}", file=sys.stderr)
+        print(f"pipelines: {mask_text(str(e))}", file=sys.stderr)
         return 2
     except PipelinesError as e:
-        print(f"pipelines: {e}", file=sys.stderr)
+        print(f"pipelines: {mask_text(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -4,6 +4,10 @@ Output goes through `rich`, which leaves out colour and styles when stdout is no
 a file) or ``NO_COLOR`` is set; off a terminal, lines are never wrapped, so scripts can ``grep`` and
 ``awk`` them. JSON is printed with values as values: a run's result is JSON inside the document, not
 a string holding JSON.
+
+Everything printed is data, never markup: text a message or an actor wrote (an error such as ``got
+[/x]``) is shown as it is, and every URL's password in it is masked (``pipelines.masking``), in tables,
+lines and JSON alike.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import orjson
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from pipelines.masking import mask_secrets, mask_text
 
 #: Width of lines written to a pipe or a file (never wrapped there).
 UNWRAPPED_WIDTH = 10_000
@@ -65,6 +71,14 @@ def seconds(value: float | None) -> str:
     return f"{minutes} m {rest} s"
 
 
+def safe_text(value: str | Text) -> Text:
+    """``value`` as text to print: never read as markup, passwords in URLs masked."""
+    if isinstance(value, str):
+        return Text(mask_text(value))
+    masked = mask_text(value.plain)
+    return value if masked == value.plain else Text(masked, style=value.style)
+
+
 def state_text(state: str) -> Text:
     """A state, coloured by what it means (on a terminal)."""
     return Text(state, style=STATE_STYLES.get(state, ""))
@@ -83,12 +97,12 @@ class Output:
         )
 
     def line(self, text: str | Text = "") -> None:
-        """One line, printed as is (no markup)."""
-        self.console.print(text, markup=False)
+        """One line, printed as is (no markup, passwords masked)."""
+        self.console.print(safe_text(text))
 
     def json(self, value: Any) -> None:
-        """``value`` as JSON (see :func:`dumps`)."""
-        sys.stdout.write(dumps(value) + "\n")
+        """``value`` as JSON (see :func:`dumps`), passwords masked."""
+        sys.stdout.write(dumps(mask_secrets(orjson.loads(dumps(value)))) + "\n")
 
     def render(self, renderable: RenderableType) -> None:
         """A table or a tree (off a terminal, without the padding at the ends of its lines)."""
@@ -105,5 +119,5 @@ class Output:
         for header in headers:
             table.add_column(header, no_wrap=True, header_style="bold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(safe_text(cell) for cell in row))
         self.render(table)

@@ -15,6 +15,7 @@ from rich.tree import Tree
 
 from pipelines.cli.output import seconds, state_text
 from pipelines.console.shape import ShapeNode, build_shape
+from pipelines.masking import mask_text
 from pipelines.store.base import RunStatus, StepStatus
 
 #: A parallel node with more members than this shows that many (failed, retrying and running first).
@@ -51,7 +52,7 @@ def _step_line(step: StepStatus, now_ms: int) -> Text:
     if step.worker:
         line.append(f"  on {step.worker}", style="dim")
     if step.error:
-        line.append(f"  {step.error}", style="red")
+        line.append(f"  {mask_text(step.error)}", style="red")
     return line
 
 
@@ -96,10 +97,10 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
 def outcome_line(status: RunStatus) -> Text | None:
     """The result of a run that succeeded, or the error of one that failed (None otherwise)."""
     if status.state == "succeeded":
-        return Text(f"result: {status.result_json}")
+        return Text(f"result: {mask_text(str(status.result_json))}")
     if status.error:
         where = f" at step {status.failed_step}" if status.failed_step else ""
-        return Text(f"error{where}: {status.error}", style="red")
+        return Text(f"error{where}: {mask_text(status.error)}", style="red")
     return None
 
 
