@@ -265,6 +265,10 @@ class MetricsConfig(_Section):
     heartbeat_interval_s: float = Field(default=10.0, gt=0)
 
 
+#: The shortest console token taken: one a person would pick can be guessed.
+MIN_TOKEN_CHARS = 16
+
+
 class UiConfig(_Section):
     """The web console (``pipelines ui``): where it listens, the token its actions need, links out."""
 
@@ -280,6 +284,13 @@ class UiConfig(_Section):
     @classmethod
     def _jaeger_url(cls, url: str) -> str:
         return check_url(url, ("http", "https")) if url else url
+
+    @field_validator("token")
+    @classmethod
+    def _long_token(cls, token: str) -> str:
+        if token and len(token) < MIN_TOKEN_CHARS:
+            raise ValueError(f"expected at least {MIN_TOKEN_CHARS} characters, such as `openssl rand -hex 16` prints")
+        return token
 
 
 class Settings(BaseSettings):

@@ -25,6 +25,7 @@ POSTs need ``Authorization: Bearer <[ui] token>`` (see ``pipelines.console.secur
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,6 +51,10 @@ from pipelines.run_query import parse_time_ms
 
 #: Most rows one request may ask for.
 MAX_LIMIT = 500
+#: The most dead letters one answer lists (each one read from RabbitMQ).
+MAX_DEAD_LETTERS = 1000
+#: A number in a query: ASCII digits, no more than fit comfortably (``str.isdigit`` takes ``²``).
+WHOLE_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 class BadRequest(Exception):
@@ -87,7 +92,7 @@ def integer(request: Request, name: str, default: int, *, lowest: int = 1, highe
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
-    if not text.isdigit() or not lowest <= int(text) <= highest:
+    if WHOLE_NUMBER.fullmatch(text) is None or not lowest <= int(text) <= highest:
         raise BadRequest(f"{name}={text!r}: expected a whole number from {lowest} to {highest}.")
     return int(text)
 
@@ -174,7 +179,7 @@ def routes(data: ConsoleData) -> list[Route]:
                 queue=query.get("queue") or None,
                 reason=query.get("reason") or None,
                 run_id=query.get("run") or None,
-                limit=integer(request, "limit", 200, highest=10_000),
+                limit=integer(request, "limit", 200, highest=MAX_DEAD_LETTERS),
             )
         )
         return json_response({"dead_letters": letters})

@@ -9,6 +9,7 @@ stay sealed: the console holds no keys); errors and tracebacks pass through the 
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -118,6 +119,7 @@ class ConsoleData:
         self.app = app
         self._previous: scrape.Sample | None = None
         self._latest: scrape.Sample | None = None
+        self._scraping = threading.Lock()
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -284,14 +286,23 @@ class ConsoleData:
             return [f"http://{host}:{metrics.port}/metrics"]
         return []
 
+    def _sample(self, endpoints: list[str]) -> scrape.Sample:
+        """The workers' metrics, read at most once per ``scrape.MIN_INTERVAL_S`` however many ask at once
+        (every page view and ``/api/queues`` call would otherwise read every endpoint)."""
+        with self._scraping:
+            latest = self._latest
+            if latest is not None and time.time() - latest.at < scrape.MIN_INTERVAL_S:
+                return latest
+            sample = scrape.read(endpoints, self.app.settings.namespace)
+            self._previous, self._latest = latest, sample
+            return sample
+
     def overview(self) -> Overview:
         """Every actor queue (depth, dead letters, rate, oldest message's age) and the workers' heartbeats."""
         endpoints = self.metrics_endpoints()
         notes: list[str] = []
-        sample = scrape.read(endpoints, self.app.settings.namespace) if endpoints else None
+        sample = self._sample(endpoints) if endpoints else None
         if sample is not None:
-            if self._latest is None or sample.at - self._latest.at >= 1.0:
-                self._previous, self._latest = self._latest, sample
             notes += [f"metrics endpoint not answering: {mask_text(why)}" for why in sample.unreachable]
         else:
             notes.append("No metrics endpoint: enable [metrics] in the workers, or set [ui] metrics_urls.")

@@ -17,6 +17,8 @@ from pipelines.metrics_dir import NAMESPACE_LABEL
 
 #: Seconds to wait for one metrics endpoint.
 SCRAPE_TIMEOUT_S = 2.0
+#: Seconds between two reads of the endpoints by one console, at least (rates need two reads).
+MIN_INTERVAL_S = 1.0
 #: Samples the console reads, and nothing else.
 PROCESSED = "pipelines_messages_processed_total"
 FAILED = "pipelines_messages_failed_total"

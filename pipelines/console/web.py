@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from pipelines.app import App
 from pipelines.console import api
 from pipelines.console.data import ConsoleData
-from pipelines.console.security import Guard
+from pipelines.console.security import HEADERS, Guard
 from pipelines.errors import DeadLetterNotFound, InvalidQuery, PipelinesError, RunNotFound, ServiceUnavailable
 from pipelines.sealing import SEALED_KEY
 
@@ -215,6 +215,16 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
             return api.json_response({"error": str(error)}, 503)
         return render(request, "problem", 503, title="A service does not answer", text=str(error))
 
+    async def failed(request: Request, error: Exception) -> Response:
+        # Answered outside the Guard (Starlette's last resort): the security headers are added here.
+        text = "The console met an error it did not expect; its log has the details."
+        if request.url.path.startswith("/api/"):
+            response = api.json_response({"error": text}, 500)
+        else:
+            response = render(request, "problem", 500, title="Something went wrong", text=text)
+        response.headers.update(HEADERS)
+        return response
+
     hosts = {*ui.allowed_hosts, *([host] if host and host not in ("0.0.0.0", "::") else [])}
     return Starlette(
         routes=[
@@ -228,5 +238,5 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
             Mount("/static", StaticFiles(packages=[("pipelines.console", "static")]), name="static"),
         ],
         middleware=[Middleware(Guard, token=ui.token, allowed_hosts=hosts)],
-        exception_handlers={ServiceUnavailable: unavailable},
+        exception_handlers={ServiceUnavailable: unavailable, Exception: failed},
     )

@@ -31,6 +31,9 @@ from pipelines.store.base import NewRun, RunPage, RunQuery, RunSummary
 MAINTAIN_EVERY_S = 1.0
 #: How many index entries ``find_runs`` reads per round trip, at most.
 FIND_RUNS_SLICE = 1000
+#: The most index entries one page reads: a state no recent run is in ends the page there, with a
+#: cursor to read on from, instead of one request walking the whole index.
+FIND_RUNS_MOST_READ = 10 * FIND_RUNS_SLICE
 #: The run fields a list of runs shows (``find_runs``), in the order ``replies.run_summary`` takes them.
 SUMMARY_FIELDS = (
     "pipeline",
@@ -98,6 +101,7 @@ class RunIndex:
             top = str(query.until_ms)
         lowest = "-inf" if query.since_ms is None else str(query.since_ms)
         found: list[RunSummary] = []
+        read = 0
         # Newest first, a slice of the index per round trip; each slice's runs are read in one more
         # (a pipeline: on a Redis Cluster the runs live on every shard). A rare state takes more slices.
         while True:
@@ -109,6 +113,7 @@ class RunIndex:
                     self._redis.zrevrangebyscore(index, top, lowest, start=passed, num=size, withscores=True),
                 )
             ids = [replies.text(run_id) for run_id, _ in entries]
+            read += len(entries)
             in_state = self._in_state(ids, query.state) if query.state else None
             wanted = ids if in_state is None else [run_id for run_id in ids if run_id in in_state]
             summaries = dict(zip(wanted, self._summaries(wanted), strict=True))
@@ -126,7 +131,7 @@ class RunIndex:
                 top, passed = _after(entries, top, passed)
             if not more:
                 return RunPage(tuple(found))
-            if len(found) == limit:
+            if len(found) == limit or read >= FIND_RUNS_MOST_READ:
                 return RunPage(tuple(found), f"{top}~{passed}")
 
     def _in_state(self, run_ids: Sequence[str], state: str) -> set[str]:

@@ -7,6 +7,7 @@ this module indexes a reply.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -32,6 +33,9 @@ from pipelines.store.base import (
     StepStatus,
     shown_step_state,
 )
+
+#: A runs page's cursor: the creation time (epoch ms) it stopped at, and how many entries at it it passed.
+_CURSOR_TOP, _CURSOR_PASSED = re.compile(r"[0-9]{1,15}"), re.compile(r"[0-9]{1,9}")
 
 
 def text(value: Any) -> str:
@@ -263,7 +267,7 @@ def parse_cursor(cursor: str | None) -> tuple[str, int]:
     if cursor is None:
         return "+inf", 0
     top, _, passed = cursor.partition("~")
-    if not (top.isdigit() and passed.isdigit()):
+    if _CURSOR_TOP.fullmatch(top) is None or _CURSOR_PASSED.fullmatch(passed) is None:
         raise InvalidQuery(f"{cursor!r} is not a cursor of a runs page: pass the one the previous page returned.")
     return top, int(passed)
 

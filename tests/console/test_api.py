@@ -15,7 +15,7 @@ import pytest
 from pipelines import chain, chord, fan_out, group, step
 from pipelines.composition import Node
 from pipelines.dead_letters import DeadLetterReason
-from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console
+from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console, served_console
 
 pytestmark = pytest.mark.integration
 
@@ -131,6 +131,57 @@ def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
         assert "script-src 'self'" in headers["content-security-policy"], path
         assert (headers["x-frame-options"], headers["x-content-type-options"]) == ("DENY", "nosniff"), path
         assert "access-control-allow-origin" not in headers
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/runs", {"limit": "\u00b2"}),
+        ("/api/runs", {"limit": "9" * 5000}),
+        ("/api/runs", {"since": "9" * 400 + "d"}),
+        ("/api/runs", {"until": "9" * 5000}),
+        ("/api/runs", {"since": "\u00b2"}),
+        ("/api/runs", {"cursor": "\u00b2~1"}),
+        ("/api/runs", {"cursor": "1~" + "9" * 30}),
+        ("/api/runs", {"state": "failed", "cursor": "9" * 400 + "~0"}),
+        ("/api/runs/any", {"fold": "\u00b2"}),
+        ("/api/dead-letters", {"limit": "10000"}),
+        ("/runs", {"since": "9" * 400 + "d"}),
+        ("/runs", {"cursor": "\u00b2~1"}),
+    ],
+)
+def test_a_malformed_or_unbounded_number_in_a_query_is_a_bad_request_in_one_sentence(
+    http: httpx.Client, path: str, query: dict[str, str]
+) -> None:
+    answer = http.get(path, params=query)
+
+    assert answer.status_code == 400, answer.text[:300]
+    assert answer.headers["x-frame-options"] == "DENY"
+    if path.startswith("/api/"):
+        assert len(answer.json()["error"].splitlines()) == 1
+
+
+def test_an_origin_of_another_scheme_is_another_site(console: Console, http: httpx.Client) -> None:
+    run = console.app.start(step(console.actors.slow, 60.0), name=console.pipeline_name("scheme"))
+    cancel = f"/api/runs/{run.id}/cancel"
+    other_scheme = console.url.replace("http://", "https://")
+
+    assert http.post(cancel, headers={**authorized(console), "Origin": other_scheme}).status_code == 403
+    assert http.post(cancel, headers={**authorized(console), "Origin": console.url}).status_code == 200
+
+
+def test_after_five_wrong_tokens_a_client_waits_even_with_the_right_one(console: Console) -> None:
+    run = console.app.start(step(console.actors.slow, 60.0), name=console.pipeline_name("guessed"))
+    cancel = f"/api/runs/{run.id}/cancel"
+    with served_console(console.app) as url, httpx.Client(base_url=url, timeout=30) as own:
+        guesses = [own.post(cancel, headers={"Authorization": f"Bearer guess-{n}"}).status_code for n in range(5)]
+        locked = own.post(cancel, headers=authorized(console))
+
+    assert guesses == [401] * 5
+    assert (locked.status_code, locked.headers["retry-after"]) == (429, "60")
+    assert "Too many wrong tokens" in locked.json()["error"]
+    assert run.status().state in ("pending", "running")
+    run.cancel()
 
 
 def failed_run(console: Console, x: int) -> Any:

@@ -27,7 +27,7 @@ def compose_settings(service: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.delenv(name)
     for name, value in service["environment"].items():
         if name.startswith(ENV_PREFIX):
-            monkeypatch.setenv(name, str(value).replace("${CONSOLE_TOKEN:-}", "from-the-shell"))
+            monkeypatch.setenv(name, str(value).replace("${CONSOLE_TOKEN:-}", "from-the-shell-0123"))
     return load_settings(ROOT / "config.toml")
 
 
@@ -47,7 +47,7 @@ def test_its_environment_validates_and_points_at_the_workers_metrics_and_jaeger(
 ) -> None:
     settings = compose_settings(console_service, monkeypatch)
 
-    assert settings.ui.token == "from-the-shell"
+    assert settings.ui.token == "from-the-shell-0123"
     assert settings.ui.metrics_urls == tuple(
         f"http://{worker}:{settings.metrics.port}/metrics" for worker in ("worker", "worker-long")
     )

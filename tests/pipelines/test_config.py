@@ -453,3 +453,15 @@ def test_a_sentinel_primarys_connections_ask_the_sentinels_again_and_use_tls_as_
     # A lost connection reconnects through connect(), which asks the sentinels, not to its old address.
     assert connection_class.send_packed_command is not SentinelManagedConnection.send_packed_command
     client.close()
+
+
+def test_a_console_token_shorter_than_sixteen_characters_is_refused_without_showing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PIPELINES_UI__TOKEN", "letmein123")
+    with pytest.raises(ConfigError, match=r"ui\.token .*at least 16 characters") as raised:
+        load_settings()
+    monkeypatch.setenv("PIPELINES_UI__TOKEN", "0123456789abcdef")
+
+    assert load_settings().ui.token == "0123456789abcdef"
+    assert "letmein123" not in str(raised.value)

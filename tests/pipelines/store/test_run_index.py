@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.errors import InvalidQuery
 from pipelines.plan import Frame
-from pipelines.store import NewRun, RedisRunStore, RunStore, embedded_store
+from pipelines.store import NewRun, RedisRunStore, RunStore, embedded_store, index
 from pipelines.store.base import RunQuery
 from tests.backends import STORE_KINDS
 from tests.housekeeping import fresh_namespace
@@ -149,3 +149,21 @@ def test_the_index_drops_runs_created_more_than_a_retention_ago(store_backend: s
     finally:
         short.delete_namespace()
         short.close()
+
+
+def test_a_state_no_recent_run_is_in_ends_a_page_after_a_bounded_read_with_a_cursor_to_read_on(
+    store: RunStore, new_chord: NewChord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One request reads at most FIND_RUNS_MOST_READ index entries, however rare the state asked for."""
+    monkeypatch.setattr(index, "FIND_RUNS_SLICE", 4)
+    monkeypatch.setattr(index, "FIND_RUNS_MOST_READ", 8)
+    [cancelled, *_newer] = _started(store, new_chord, 21)
+    store.cancel_run(cancelled.run_id)
+    query = RunQuery(state="cancelled")
+
+    pages = [store.find_runs(query, limit=5)]
+    while pages[-1].cursor is not None:
+        pages.append(store.find_runs(query, limit=5, cursor=pages[-1].cursor))
+
+    assert [len(page.runs) for page in pages] == [0, 0, 1]
+    assert pages[-1].runs[0].run_id == cancelled.run_id
