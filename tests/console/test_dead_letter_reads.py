@@ -55,10 +55,13 @@ def limited(make_app: MakeApp) -> Iterator[App]:
         subprocess.run([*ctl, "clear_policy", policy], check=True, timeout=30)
 
 
-def dead_letter(app: App, actor: str, n: int) -> str:
+def dead_letter(app: App, actor: str, n: int, error: str = "") -> str:
     """Dead-letter a message to ``actor`` (with ``n`` for its first argument) as a worker does."""
     message = app.broker.get_actor(actor).message(n, 0)
-    reason = DeadLetterReason(reason="permanent error", error=f"order {n}", actor=actor, at=f"2026-01-0{n}")
+    error = error or f"order {n}"
+    reason = DeadLetterReason(
+        reason="permanent error", error_type="ValueError", error=error, actor=actor, at=f"2026-01-0{n}"
+    )
     queue = app.broker.topology.actor_queues[actor]
     app.broker.dead_letter(encode_message(message), message_id=message.message_id, reason=reason, queue=queue)
     return message.message_id
@@ -117,3 +120,25 @@ def test_dead_letters_read_fifty_times_every_way_are_all_still_there(limited: Ap
         connection.close()
     assert reads == READS
     assert counts == [0, 0, 0]  # as if never read
+
+
+def test_what_a_dead_letter_says_is_shown_as_text_with_passwords_masked(limited: App) -> None:
+    error = "got [/x] from redis://app:leak/pw@cache:6379/0 (timeout_s, or [worker] time_limit_s)"
+    masked = "got [/x] from redis://app:***@cache:6379/0 (timeout_s, or [worker] time_limit_s)"
+    letter_id = dead_letter(limited, "charge_payment", 1, error)
+    env = environment(limited.settings.namespace)
+
+    listed = pipelines(env, "dlq", "list")
+    shown = pipelines(env, "dlq", "show", letter_id)
+    as_json = pipelines(env, "dlq", "show", letter_id, "--json")
+    with served_console(limited) as url, httpx.Client(base_url=url, timeout=30) as console:
+        api = console.get(f"/api/dead-letters/{letter_id}").json()
+        page = console.get(f"/dead-letters/{letter_id}").text
+
+    assert (listed.returncode, shown.returncode, as_json.returncode) == (0, 0, 0), shown.stderr
+    for text in (listed.stdout, shown.stdout, as_json.stdout, str(api), page):
+        assert "leak/pw" not in text
+    assert masked in shown.stdout
+    assert masked in listed.stdout
+    assert api["error"] == masked
+    assert "got [/x] from redis://app:***@cache" in page
