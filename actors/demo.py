@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 from actors import app as configured_app
 from pipelines.app import App
 from pipelines.cli.status import format_status
-from pipelines.config import Settings
-from pipelines.masking import mask_url
+from pipelines.config.masking import mask_url
+from pipelines.config.settings import Settings
 from pipelines.runs import Run
 from pipelines.testing import running_worker
 

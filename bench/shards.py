@@ -23,8 +23,8 @@ from collections.abc import Mapping
 import redis
 from redis.cluster import RedisCluster
 
-from pipelines.redis_cluster import cluster_client
 from pipelines.store import NewRun, RedisRunStore
+from pipelines.store.redis_cluster import cluster_client
 
 BATCH = 500
 

@@ -33,10 +33,11 @@ from dramatiq.errors import ActorNotFound
 from dramatiq.middleware import Middleware, TimeLimitExceeded
 
 from pipelines import options as opt
-from pipelines import wire_options
-from pipelines.dead_letters import MAX_TRACEBACK_CHARS
+from pipelines.dead_letters.reasons import MAX_TRACEBACK_CHARS
 from pipelines.errors import Cancelled, ConfigError, InvalidActorOption, PipelinesError
-from pipelines.outcome import fail_message, outcome_of
+from pipelines.handling.outcome import fail_message, outcome_of
+from pipelines.handling.proxy import message_of
+from pipelines.wire import option_values as wire_options
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class Backoff(Middleware):
         outcome = outcome_of(message)
         retries = max(wire_options.retries(message.options), outcome.delivery_count)
         if profile == "fire_and_forget":
-            outcome.drop = True
+            outcome.settlement.drop = True
         why, counted = self._verdict(actor, message, retries, exception)
         if counted:
             message.options[opt.RETRIES] = retries + 1
@@ -129,7 +130,7 @@ class Backoff(Middleware):
             message.options[opt.TRACEBACK] = "".join(traceback.format_exception(exception))[-MAX_TRACEBACK_CHARS:]
         if why is not None:
             if counted:
-                outcome.attempts = retries + 1
+                outcome.settlement.attempts = retries + 1
                 self._send_exhausted(broker, actor, message, retries)
             return self._give_up(message, why, exception)
         if isinstance(exception, dramatiq.Retry) and exception.delay is not None:
@@ -141,7 +142,7 @@ class Backoff(Middleware):
         if profile == "ordered":
             return self._retry_in_place(message, retries, delay, exception)
         try:
-            broker.enqueue(message._message, delay=delay)
+            broker.enqueue(message_of(message), delay=delay)
         except PipelinesError:
             # Without the retry enqueued, acknowledging would lose the message: dead-letter it instead.
             logger.exception("Could not schedule retry %d of %s.", retries + 1, message.message_id)
@@ -211,7 +212,7 @@ class Backoff(Middleware):
         )
         self._stopping.wait(delay_ms / 1000)
         outcome = outcome_of(message)
-        outcome.requeue_in_place = True
+        outcome.settlement.requeue_in_place = True
         outcome.retry_scheduled = True
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
@@ -220,7 +221,9 @@ class Backoff(Middleware):
     def _give_up(self, message: dramatiq.broker.MessageProxy, why: str, exception: BaseException | None = None) -> None:
         if isinstance(exception, TimeLimitExceeded) and not str(exception):
             # Dramatiq's error says nothing: the dead letter names the limit that fired.
-            limit_s = (outcome_of(message).time_limit_ms or wire_options.time_limit_ms(message.options) or 0) / 1000
+            limit_s = (
+                outcome_of(message).scratch.time_limit_ms or wire_options.time_limit_ms(message.options) or 0
+            ) / 1000
             named = TimeLimitExceeded(
                 f"The actor ran past its time limit of {limit_s:g} s (timeout_s, or [worker] time_limit_s). "
                 "The limit interrupts Python code only: a call blocked in C (a socket, database or HTTP call) "

@@ -13,16 +13,16 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from pipelines import logs
 from pipelines import options as opt
-from pipelines.config import LoggingConfig
+from pipelines.config.sections import LoggingConfig
 from pipelines.context import MessageContext, current_correlation_id, enter_message, leave_message, new_correlation_id
+from pipelines.observability import logs
 
 
 class CorrelationId(Middleware):
     """Stamps correlation ids on enqueue and holds the message context while a message runs."""
 
-    #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.handling.guards``).
     fails_open = True
 
     def __init__(self, *, logging: LoggingConfig | None = None) -> None:

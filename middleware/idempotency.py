@@ -8,7 +8,7 @@ counted, logged once), a key held by another worker is put off until that worker
 lapses. The key is recorded done only after success, so a failure leaves it free for the retry.
 Pipeline steps are keyed by their run and step already (``PipelineSteps``) and are left alone here.
 
-Recording a key done survives a store that stalls (``pipelines.recording``): it is tried again within
+Recording a key done survives a store that stalls (``pipelines.handling.recording``): it is tried again within
 the key's lease, and if it still cannot be done the key travels with a copy of the message put off in the
 delay queues (``idempotency_done``), whose delivery records it without running the actor again; a
 duplicate meanwhile finds the key held and is put off. A release after a failure is tried once: a key
@@ -31,13 +31,13 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines import wire_options
-from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.effects import enter_keyed
 from pipelines.errors import DefinitionError, InvalidActorOption, PublishError, ServiceUnavailable
-from pipelines.outcome import KeyClaim, fail_message, outcome_of
-from pipelines.recording import carry, record_within_lease
+from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
+from pipelines.handling.outcome import KeyClaim, fail_message, outcome_of
+from pipelines.handling.recording import carry, record_within_lease
 from pipelines.store.roles import KeyClaims
+from pipelines.wire import option_values as wire_options
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Idempotency(Middleware):
             put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         if outcome == "run":
-            outcome_of(message).key_claim = KeyClaim(key, holder, lease_end)
+            outcome_of(message).scratch.key_claim = KeyClaim(key, holder, lease_end)
             enter_keyed(key)
             return
         if outcome == "done":
@@ -138,11 +138,11 @@ class Idempotency(Middleware):
         self._settle(broker, message, succeeded=False)
 
     def _settle(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, *, succeeded: bool) -> None:
-        claim = outcome_of(message).key_claim
+        claim = outcome_of(message).scratch.key_claim
         if claim is None:
             return
         enter_keyed(None)
-        outcome_of(message).key_claim = None
+        outcome_of(message).scratch.key_claim = None
         if succeeded:
             self._finish(broker, message, claim)
             return

@@ -36,16 +36,18 @@ import orjson
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines import progress, wire_options
+from pipelines import progress
 from pipelines.broker.common import PipelineBroker, pipeline_broker
-from pipelines.codec import decode_message, encode_message
-from pipelines.dead_letters import DeadLetterReason, now_iso
-from pipelines.deferral import put_off_while_store_down
+from pipelines.dead_letters.reasons import DeadLetterReason, now_iso
 from pipelines.errors import PipelinesError, ServiceUnavailable
-from pipelines.outcome import outcome_of
-from pipelines.plan import StepAddress
-from pipelines.runtime import Runtime
+from pipelines.flow.runtime import Runtime
+from pipelines.handling.deferral import put_off_while_store_down
+from pipelines.handling.outcome import outcome_of
+from pipelines.handling.proxy import message_of
 from pipelines.store.roles import JobLeases, StepProgress
+from pipelines.wire import option_values as wire_options
+from pipelines.wire.codec import decode_message, encode_message
+from pipelines.wire.steps import StepAddress
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ class Leases(Middleware):
         lease_ms = int(float(actor.options[opt.LEASE]) * 1000)
         lease_id = lease_id_of(message)
         holder = uuid.uuid4().hex
-        record = orjson.dumps({"message": encode_message(message._message).decode()}).decode()
+        record = orjson.dumps({"message": encode_message(message_of(message)).decode()}).decode()
         try:
             opened = self.store.open_lease(lease_id, holder=holder, lease_ms=lease_ms, record=record)
         except ServiceUnavailable as e:
@@ -136,7 +138,7 @@ class Leases(Middleware):
         self._enter(message, job)
 
     def _enter(self, message: dramatiq.broker.MessageProxy, job: progress.Job) -> None:
-        outcome_of(message).job = job
+        outcome_of(message).scratch.job = job
         progress.enter(job)
 
     def after_process_message(
@@ -153,7 +155,7 @@ class Leases(Middleware):
         self._leave(message)
 
     def _leave(self, message: dramatiq.broker.MessageProxy) -> None:
-        job = outcome_of(message).job
+        job = outcome_of(message).scratch.job
         if job is None:
             return
         progress.leave()

@@ -16,9 +16,9 @@ import dramatiq
 from dramatiq.common import current_millis
 from dramatiq.middleware import AgeLimit, SkipMessage
 
-from pipelines import wire_options
 from pipelines.errors import MaxAgeExceeded
-from pipelines.outcome import fail_message
+from pipelines.handling.outcome import fail_message
+from pipelines.wire import option_values as wire_options
 
 logger = logging.getLogger(__name__)
 

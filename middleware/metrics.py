@@ -2,7 +2,7 @@
 
 Every worker process of one `dramatiq` command writes its samples with prometheus-client's
 multiprocess mode into the command's own directory (under ``[metrics] multiprocess_dir``, see
-``pipelines.metrics_dir``); one extra process, started by the `dramatiq` CLI through this middleware's
+``pipelines.observability.metrics_dir``); one extra process, started by the `dramatiq` CLI through this middleware's
 ``forks``, serves them all on ``[metrics] port`` and samples queue and dead-letter depths from RabbitMQ
 on an interval. Labels stay small and fixed: queue, actor, pipeline, outcome, and the namespace added
 when served. An app embedded elsewhere (a test run, a web process) counts in its own memory only.
@@ -22,10 +22,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from pipelines import wire_options
-from pipelines.config import MetricsConfig
-from pipelines.metrics_dir import MULTIPROC_ENV, QUEUES_FILE, dramatiq_master, group_dir, open_group, port_taken
-from pipelines.outcome import outcome_of
+from pipelines.config.sections import MetricsConfig
+from pipelines.handling.outcome import outcome_of
+from pipelines.observability.metrics_dir import (
+    MULTIPROC_ENV,
+    QUEUES_FILE,
+    dramatiq_master,
+    group_dir,
+    open_group,
+    port_taken,
+)
+from pipelines.wire import option_values as wire_options
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -45,7 +52,7 @@ EXIT_CONFIG = 78
 class Metrics(Middleware):
     """Counts, times and gauges messages, runs, workers and schedules (see the module docstring)."""
 
-    #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.handling.guards``).
     fails_open = True
 
     def __init__(
@@ -91,7 +98,7 @@ class Metrics(Middleware):
             interval = schedule_interval_s(actor.options.get("periodic"))
             if interval is not None:
                 self._metric("schedule_interval").labels(actor.actor_name).set(interval)
-        from pipelines.metrics_http import serve_http
+        from pipelines.observability.metrics_http import serve_http
 
         try:
             serve_http(
@@ -170,7 +177,7 @@ class Metrics(Middleware):
 
     def _head_started(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Note when the newest message started from its RabbitMQ queue was published: the messages still
-        waiting there are younger, which bounds the age of the oldest (see ``pipelines.exposition``)."""
+        waiting there are younger, which bounds the age of the oldest (see ``pipelines.observability.exposition``)."""
         queue = outcome_of(message).queue
         if queue is None:
             topology = getattr(broker, "topology", None)
@@ -214,10 +221,10 @@ class Metrics(Middleware):
             self._child("duplicates", *labels).inc()
 
     def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
-        dropped = outcome_of(message).drop
+        dropped = outcome_of(message).settlement.drop
         self._child("dropped" if dropped else "dead_lettered", message.queue_name, message.actor_name).inc()
 
-    # -- runs (the runtime calls these: see pipelines.runtime.RunListener) ---------------------------
+    # -- runs (the runtime calls these: see pipelines.flow.runtime.RunListener) ---------------------------
 
     def run_finished(self, pipeline: str, outcome: Literal["succeeded", "failed"], duration_s: float) -> None:
         self._metric("runs").labels(pipeline, outcome).inc()

@@ -6,7 +6,7 @@ called with changes. A value that does not authenticate, a payload that does not
 arguments the actor's function cannot take (calling it would raise TypeError on every retry) are
 dead-lettered with the reason and never retried; a payload of a newer schema version than this
 worker's is put off until an upgraded worker takes it. Pipeline steps are left to the run: their
-arguments were checked when it started. See ``pipelines.sealing`` and ``pipelines.payloads``.
+arguments were checked when it started. See ``pipelines.payloads.sealing`` and ``pipelines.payloads``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines import wire_options
-from pipelines.deferral import put_off
-from pipelines.outcome import fail_message
-from pipelines.payloads import (
+from pipelines.handling.deferral import put_off
+from pipelines.handling.outcome import fail_message, outcome_of
+from pipelines.payloads.sealing import Sealer, Unsealable, has_sealed
+from pipelines.payloads.typed import (
     InvalidArguments,
     InvalidPayload,
     NewerPayload,
@@ -29,9 +29,9 @@ from pipelines.payloads import (
     check_declaration,
     payload_model,
 )
-from pipelines.payloads import from_wire as payload_from_wire
-from pipelines.plan import StepAddress
-from pipelines.sealing import Sealer, Unsealable, has_sealed
+from pipelines.payloads.typed import from_wire as payload_from_wire
+from pipelines.wire import option_values as wire_options
+from pipelines.wire.steps import StepAddress
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +91,8 @@ class Payloads(Middleware):
             logger.error("Dead-lettering %s: %s", message.message_id, e)
             fail_message(message, INVALID_ARGUMENTS, e)
             raise SkipMessage from None
-        # The proxy's own attributes shadow its message's: the actor gets these, the wire form stays.
-        setattr(message, "args", args)  # noqa: B010
-        setattr(message, "kwargs", kwargs)  # noqa: B010
+        # The actor gets these (``DeliveredMessage``); the message keeps its wire form.
+        outcome_of(message).scratch.arguments = (tuple(args), dict(kwargs))
 
 
 def _run_of(message: dramatiq.broker.MessageProxy) -> str | None:

@@ -5,7 +5,7 @@ duplicate of a finished step, whose continuation is re-driven if it never starte
 (another worker holds its lease). After it ran, the result is recorded and what follows is published;
 a failure is recorded, and fails the run once the retries are exhausted.
 
-Recording survives a store that stalls or fails for a while (``pipelines.recording``): it is tried
+Recording survives a store that stalls or fails for a while (``pipelines.handling.recording``): it is tried
 again for up to ``RECORD_RETRY_S`` (within the step's lease), and if it still cannot be done the result
 travels with a copy of the message, put off in the delay queues: that copy records the result and
 advances the run without running the actor again (``pipeline_result``), as often as needed until the
@@ -26,10 +26,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines import wire_options
 from pipelines.broker.common import pipeline_broker
-from pipelines.deadlines import DEADLINE_CHECK, DEADLINE_QUEUE, check_deadline
-from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.errors import (
     Cancelled,
     CarriedFailure,
@@ -40,13 +37,17 @@ from pipelines.errors import (
     ServiceUnavailable,
     error_name,
 )
+from pipelines.flow.deadlines import DEADLINE_CHECK, DEADLINE_QUEUE, check_deadline
+from pipelines.flow.runtime import Runtime
+from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
+from pipelines.handling.outcome import fail_message, outcome_of
+from pipelines.handling.proxy import let_go
+from pipelines.handling.recording import carry, record_within_lease
 from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
 from pipelines.middleware.payloads import REFUSALS as PAYLOAD_REFUSALS
-from pipelines.outcome import fail_message, outcome_of
-from pipelines.plan import StepAddress
-from pipelines.recording import carry, record_within_lease
-from pipelines.runtime import Runtime
 from pipelines.store.roles import StepProgress
+from pipelines.wire import option_values as wire_options
+from pipelines.wire.steps import StepAddress
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +147,9 @@ class PipelineSteps(Middleware):
         # waiting for a step that will never run.
         address = StepAddress.of(message)
         outcome = outcome_of(message)
-        refused = outcome.failure == MAX_AGE_EXCEEDED or outcome.failure in PAYLOAD_REFUSALS
-        if address is not None and refused and outcome.failure_error is not None:
-            self.runtime.fail(message, address, outcome.failure_error, final=True)
+        refused = outcome.settlement.failure == MAX_AGE_EXCEEDED or outcome.settlement.failure in PAYLOAD_REFUSALS
+        if address is not None and refused and outcome.settlement.failure_error is not None:
+            self.runtime.fail(message, address, outcome.settlement.failure_error, final=True)
 
     def after_process_message(
         self,
@@ -181,7 +182,7 @@ class PipelineSteps(Middleware):
                 )
                 fail_message(message, "could not advance the run")
                 return
-            self._carry_failure(broker, message, address, outcome_of(message).failure_error or exception)
+            self._carry_failure(broker, message, address, outcome_of(message).settlement.failure_error or exception)
 
     def _complete(
         self,
@@ -218,12 +219,12 @@ class PipelineSteps(Middleware):
         records it (the run fails) and is dead-lettered then, instead of a dead letter now and a run left
         running. If the copy cannot be put off either, this delivery is dead-lettered with the failure."""
         outcome = outcome_of(message)
-        reason = outcome.failure or "retries exhausted"
+        reason = outcome.settlement.failure or "retries exhausted"
         failure = {"reason": reason, "error_type": error_name(error), "error": str(error)}
         why = f"the failure of step {address.node} of run {address.run_id} could not be recorded yet"
         carry(broker, message, opt.STEP_FAILURE, failure, why)
         if outcome.deferred:
-            message.failed = False  # the copy carries the failure: this delivery is let go
+            let_go(message)  # the copy carries the failure
 
     def _record_failure(
         self,

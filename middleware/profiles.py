@@ -13,10 +13,10 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
-from pipelines.config import ProfilesConfig
+from pipelines.config.sections import ProfilesConfig
 from pipelines.errors import InvalidActorOption
-from pipelines.profiles import apply_profile
-from pipelines.rate_limits import parse_rate
+from pipelines.profiles.kinds import apply_profile
+from pipelines.wire.rates import parse_rate
 
 
 class Profiles(Middleware):

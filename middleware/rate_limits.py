@@ -16,10 +16,11 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from pipelines import options as opt
-from pipelines import wire_options
-from pipelines.deferral import put_off, put_off_while_store_down
 from pipelines.errors import ServiceUnavailable
-from pipelines.rate_limits import Rate, RateLimiter, actor_key, parse_rate, pipeline_key
+from pipelines.handling.deferral import put_off, put_off_while_store_down
+from pipelines.rate_limits.limiter import RateLimiter, actor_key, pipeline_key
+from pipelines.wire import option_values as wire_options
+from pipelines.wire.rates import Rate, parse_rate
 
 logger = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from dramatiq.middleware import Middleware, SkipMessage
 from periodiq import cron
 
 from pipelines import options as opt
-from pipelines import wire_options
-from pipelines.deferral import put_off_while_store_down
 from pipelines.errors import ServiceUnavailable
-from pipelines.outcome import outcome_of
-from pipelines.schedules import MAX_TICKS_CHECKED, enter_tick, tick_of, ticks_between
+from pipelines.handling.deferral import put_off_while_store_down
+from pipelines.handling.outcome import outcome_of
+from pipelines.schedules.ticks import MAX_TICKS_CHECKED, enter_tick, tick_of, ticks_between
 from pipelines.store.roles import ScheduleTicks
+from pipelines.wire import option_values as wire_options
 
 logger = logging.getLogger(__name__)
 

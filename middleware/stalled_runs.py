@@ -4,7 +4,7 @@ Each worker process has one thread that, every ``StallSweep.every_s``: touches t
 threads are running, so that a step longer than its lease (a long-running job, an actor with a long
 timeout) is never taken for stalled, then sweeps if it is the first process to ask in this interval
 (a mark in the run store), so the fleet sweeps once per interval whatever its size. The sweep itself is
-``pipelines.stalls``. Comes right after ``PipelineSteps``, so only a step that claimed its run is kept
+``pipelines.flow.stall_sweep``. Comes right after ``PipelineSteps``, so only a step that claimed its run is kept
 alive.
 """
 
@@ -21,9 +21,9 @@ from dramatiq.middleware import Middleware
 
 from pipelines.broker.common import PipelineBroker, pipeline_broker
 from pipelines.errors import ServiceUnavailable
-from pipelines.plan import StepAddress
-from pipelines.stalls import StallSweep
+from pipelines.flow.stall_sweep import StallSweep
 from pipelines.store.roles import OnceMarks, StallChecks
+from pipelines.wire.steps import StepAddress
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from dramatiq.middleware import TimeLimit
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 from dramatiq.threading import is_gevent_active, raise_thread_exception
 
-from pipelines import wire_options
-from pipelines.outcome import outcome_of
+from pipelines.handling.outcome import outcome_of
+from pipelines.wire import option_values as wire_options
 
 _GUARDED = "_pipelines_time_limited"
 
@@ -101,7 +101,7 @@ class ActorTimeLimit(TimeLimit):
     def limit_ms(self, broker: dramatiq.Broker, message: MessageProxy) -> float:
         """The delivery's time limit: the one ``Timeout`` chose for it, else Dramatiq's (the message's
         ``time_limit``, the actor's, this middleware's)."""
-        chosen = outcome_of(message).time_limit_ms
+        chosen = outcome_of(message).scratch.time_limit_ms
         if chosen is not None:
             return chosen
         actor = broker.get_actor(message.actor_name)

@@ -25,9 +25,9 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 from pipelines import options as opt
-from pipelines import wire_options
 from pipelines.errors import InvalidActorOption
-from pipelines.outcome import outcome_of
+from pipelines.handling.outcome import outcome_of
+from pipelines.wire import option_values as wire_options
 
 
 class TimeoutTooLong(InvalidActorOption):
@@ -73,4 +73,6 @@ class Timeout(Middleware):
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         # A time limit sent with the message comes first, as in Dramatiq.
         sent_ms = wire_options.time_limit_ms(message.options)
-        outcome_of(message).time_limit_ms = sent_ms or self.timeout_s(broker.get_actor(message.actor_name)) * 1000
+        outcome_of(message).scratch.time_limit_ms = (
+            sent_ms or self.timeout_s(broker.get_actor(message.actor_name)) * 1000
+        )

@@ -11,7 +11,7 @@ Spans cost CPU on the worker (creating them, and encoding them for export on the
 attributes per actor that never change are built once, and ``[telemetry] sample_ratio`` trades detail
 for throughput. A message of a run left out by sampling gets no span while it is processed, only its
 start time; a span is made when it ends, back-dated, if it failed or was slow and such spans are kept
-(``pipelines.tail_sampling``).
+(``pipelines.observability.tail_sampling``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from opentelemetry import context, trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pipelines import naming, trace_context
 from pipelines import options as opt
-from pipelines.plan import StepAddress
-from pipelines.routing import route_of
-from pipelines.tail_sampling import TailKeeping
+from pipelines.observability.tail_sampling import TailKeeping
+from pipelines.wire import naming, trace_context
+from pipelines.wire.routing import route_of
+from pipelines.wire.steps import StepAddress
 
 #: Publishes whose span was started but not ended (their publish raised) kept at most, per thread.
 MAX_OPEN_PUBLISHES = 10_000
@@ -112,7 +112,7 @@ class _LeftOut:
 class Tracing(Middleware):
     """Starts and ends the spans of publishing and processing (see the module docstring)."""
 
-    #: Observability: its failures are logged and never stop a message (see ``pipelines.guards``).
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.handling.guards``).
     fails_open = True
 
     def __init__(self, *, tracer: trace.Tracer, namespace: str, keeping: TailKeeping | None = None) -> None:

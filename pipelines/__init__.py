@@ -23,12 +23,11 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipelines.app import App, build_app, configure
+    from pipelines.app import App, build_app, configure, current_app
     from pipelines.composition import Chain, Node, Parallel, Step, chain, chord, fan_out, for_each, group, step
-    from pipelines.config import Settings, load_settings
+    from pipelines.config.settings import Settings, load_settings
     from pipelines.context import correlation, current_correlation_id
-    from pipelines.current import current_app
-    from pipelines.dlq import DeadLetter, DeadLetterQueues
+    from pipelines.dead_letters.queues import DeadLetter, DeadLetterQueues
     from pipelines.effects import NoEffectKey, current_effect_key
     from pipelines.errors import (
         BrokerAccessRefused,
@@ -126,7 +125,7 @@ __all__ = [
 
 #: The module each public name is imported from on first use (the imports above, for type checkers).
 _MODULES = {
-    "pipelines.app": ("App", "build_app", "configure"),
+    "pipelines.app": ("App", "build_app", "configure", "current_app"),
     "pipelines.composition": (
         "Chain",
         "Node",
@@ -139,11 +138,10 @@ _MODULES = {
         "group",
         "step",
     ),
-    "pipelines.config": ("Settings", "load_settings"),
+    "pipelines.config.settings": ("Settings", "load_settings"),
     "pipelines.context": ("correlation", "current_correlation_id"),
     "pipelines.effects": ("NoEffectKey", "current_effect_key"),
-    "pipelines.current": ("current_app",),
-    "pipelines.dlq": ("DeadLetter", "DeadLetterQueues"),
+    "pipelines.dead_letters.queues": ("DeadLetter", "DeadLetterQueues"),
     "pipelines.errors": (
         "BrokerAccessRefused",
         "BrokerUnavailable",
@@ -207,13 +205,13 @@ def publish(topic: str, payload: Any, *, app: App | None = None) -> str:
     Raises:
         Unroutable: No actor subscribes to a pattern matching ``topic``.
     """
-    from pipelines.current import current_app
+    from pipelines.current import configured_app
 
-    return (app or current_app()).publish(topic, payload)
+    return (app or configured_app()).publish(topic, payload)
 
 
 async def publish_async(topic: str, payload: Any, *, app: App | None = None) -> str:
     """:func:`publish` for asyncio code: the event loop runs on while the event is published and confirmed."""
-    from pipelines.current import current_app
+    from pipelines.current import configured_app
 
-    return await (app or current_app()).publish_async(topic, payload)
+    return await (app or configured_app()).publish_async(topic, payload)

@@ -21,26 +21,27 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import CronSpec
 
 from pipelines import options as opt
-from pipelines import telemetry
 from pipelines.aio import AsyncBridge
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Ending, Node, R, as_node
-from pipelines.config import Settings, load_settings
-from pipelines.current import current_app, get_app, set_app
-from pipelines.dlq import DeadLetterQueues
+from pipelines.config.modules import load_app_modules
+from pipelines.config.settings import Settings, load_settings
+from pipelines.current import configured_app, get_app, set_app
+from pipelines.dead_letters.queues import DeadLetterQueues
 from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
-from pipelines.loading import load_app_modules
-from pipelines.outbound import Outbound
-from pipelines.profiles import MissedPolicy
-from pipelines.rate_limits import Rate, RateLimiter, parse_rate, pipeline_key
-from pipelines.run_query import Time, check_limit, run_query
+from pipelines.flow.run_query import Time, check_limit, run_query
+from pipelines.flow.runtime import Runtime
+from pipelines.observability import telemetry
+from pipelines.payloads.sealing import Sealer
+from pipelines.profiles.kinds import MissedPolicy
+from pipelines.rate_limits.limiter import RateLimiter, pipeline_key
 from pipelines.runs import Run
-from pipelines.runtime import Runtime
-from pipelines.schedules import pipeline_starter
-from pipelines.sealing import Sealer
+from pipelines.schedules.ticks import pipeline_starter
+from pipelines.sending.outbound import Outbound
 from pipelines.stack import build_middleware
 from pipelines.store import RunStore, make_store
 from pipelines.store.base import RunPage
+from pipelines.wire.rates import Rate, parse_rate
 
 __all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
 
@@ -365,7 +366,7 @@ def configure(settings: Settings | None = None) -> App:
         ConfigError: The configuration is invalid, or a different one was configured already.
     """
     with _lock:
-        existing = get_app()
+        existing = _configured()
         if existing is not None:
             if settings is not None and settings != existing.settings:
                 raise ConfigError("pipelines.configure() was already called with a different configuration.")
@@ -377,3 +378,20 @@ def configure(settings: Settings | None = None) -> App:
 
 
 _lock = threading.Lock()
+
+
+def current_app() -> App:
+    """The app ``pipelines.configure()`` set up.
+
+    Raises:
+        DefinitionError: ``configure()`` was not called in this process.
+    """
+    app = configured_app()
+    assert isinstance(app, App), "pipelines.current holds the App that configure() made"
+    return app
+
+
+def _configured() -> App | None:
+    app = get_app()
+    assert app is None or isinstance(app, App)
+    return app

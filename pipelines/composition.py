@@ -7,7 +7,7 @@ time, their results collected in order). Everything else is a way to build those
     chain(a, fan_out(b, c), d)                       # d gets [b_result, c_result]
     chord(for_each(resize, image_ids), then=step(publish_album, album_id))
 
-The tree is data: starting it compiles a plan (``pipelines.plan``) that the run store keeps, and
+The tree is data: starting it compiles a plan (``pipelines.flow.plan``) that the run store keeps, and
 messages carry only their own step and arguments.
 """
 
@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Union, overload
 import dramatiq
 from typing_extensions import TypeVar
 
-from pipelines.current import current_app
+from pipelines.current import ConfiguredApp, configured_app
 from pipelines.errors import DefinitionError
 
 if TYPE_CHECKING:
-    from pipelines.app import App
     from pipelines.runs import Run
 
 #: What a node's run returns: the last step's return type, for type checkers (``Run[R].result()``).
@@ -53,7 +52,7 @@ class Node(Generic[R]):
         idempotency_key: str | None = None,
         name: str | None = None,
         deadline_s: float | None = None,
-        app: App | None = None,
+        app: ConfiguredApp | None = None,
     ) -> Run[R]:
         """Start a run with options.
 
@@ -65,10 +64,11 @@ class Node(Generic[R]):
             deadline_s: After this many seconds no further step starts and the run fails.
             app: The app to run on; defaults to the one ``pipelines.configure()`` set up.
         """
-        target = app or current_app()
-        return target.start(
+        target = app or configured_app()
+        run: Run[R] = target.start(
             self, args=args, kwargs=kwargs, idempotency_key=idempotency_key, name=name, deadline_s=deadline_s
         )
+        return run
 
 
 @dataclass(frozen=True)

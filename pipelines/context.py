@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipelines import options as opt
-from pipelines import wire_options
-from pipelines.naming import new_id
-from pipelines.plan import StepAddress
+from pipelines.wire import option_values as wire_options
+from pipelines.wire.naming import new_id
+from pipelines.wire.steps import StepAddress
 
 if TYPE_CHECKING:
     import dramatiq

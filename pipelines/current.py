@@ -1,30 +1,50 @@
 """The process's configured app, kept in the core so ``Node.run()`` finds it without importing the
-composition root (``pipelines.app`` sets it; nothing else does)."""
+composition root: ``pipelines.app`` sets it (``configure()``), and the core sees it only as a
+:class:`ConfiguredApp`, what it needs of it. ``pipelines.current_app()`` gives it back as the App.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from pipelines.errors import DefinitionError
 
-if TYPE_CHECKING:
-    from pipelines.app import App
 
-_app: App | None = None
+class ConfiguredApp(Protocol):
+    """What the core asks of the configured app: start a run, publish an event."""
+
+    def start(
+        self,
+        node: Any,
+        *,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        name: str | None = None,
+        deadline_s: float | None = None,
+    ) -> Any: ...
+
+    def publish(self, topic: str, payload: Any) -> str: ...
+
+    async def publish_async(self, topic: str, payload: Any) -> str: ...
 
 
-def set_app(app: App) -> None:
+_app: ConfiguredApp | None = None
+
+
+def set_app(app: ConfiguredApp) -> None:
     """Make ``app`` the process's app (called by ``pipelines.configure``)."""
     global _app  # noqa: PLW0603 - the process's app is the one deliberate global, like Dramatiq's broker
     _app = app
 
 
-def get_app() -> App | None:
+def get_app() -> ConfiguredApp | None:
     """The process's app, or None before ``configure()``."""
     return _app
 
 
-def current_app() -> App:
+def configured_app() -> ConfiguredApp:
     """The app ``pipelines.configure()`` set up.
 
     Raises:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-#: Message option: where a pipeline step sits in its run (see ``pipelines.plan.StepAddress``).
+#: Message option: where a pipeline step sits in its run (see ``pipelines.wire.steps.StepAddress``).
 STEP: Final = "pipeline_step"
 #: Message option: per-actor branch data of a message the work exchange copies to several queues.
 BRANCHES: Final = "pipeline_branches"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 from typing_extensions import TypeVar
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
-from pipelines.sealing import Opening, Sealer
+from pipelines.payloads.sealing import Opening, Sealer
 from pipelines.store.base import RunStatus
 from pipelines.store.roles import RunViews
 

@@ -11,8 +11,9 @@ from dramatiq.middleware import Callbacks, Pipelines, ShutdownNotifications
 from opentelemetry import trace
 from periodiq import PeriodiqMiddleware
 
-from pipelines.config import Settings
-from pipelines.metrics_process import serve_metrics
+from pipelines.config.settings import Settings
+from pipelines.flow.runtime import Runtime
+from pipelines.flow.stall_sweep import StallSweep
 from pipelines.middleware import (
     ActorTimeLimit,
     Backoff,
@@ -32,12 +33,11 @@ from pipelines.middleware import (
     Tracing,
 )
 from pipelines.middleware.backoff import import_exceptions
-from pipelines.rate_limits import RateLimiter, slot_grace_ms
-from pipelines.runtime import Runtime
-from pipelines.schedules import SCHEDULE_SKIP_DELAY_S
-from pipelines.stalls import StallSweep
+from pipelines.observability.metrics_process import serve_metrics
+from pipelines.observability.telemetry import tail_keeping
+from pipelines.rate_limits.limiter import RateLimiter, slot_grace_ms
+from pipelines.schedules.ticks import SCHEDULE_SKIP_DELAY_S
 from pipelines.store import RunStore
-from pipelines.telemetry import tail_keeping
 
 __all__ = ["build_middleware"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import dramatiq
 
 from pipelines.app import App, build_app
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 
 __all__ = ["boot", "embedded_app", "embedded_settings", "running_worker"]
 

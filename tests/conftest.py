@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 from tests.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
-from pipelines.config_errors import ENV_PREFIX
-from pipelines.metrics_http import HEALTH_PATH
+from pipelines.config.problems import ENV_PREFIX
+from pipelines.config.settings import CONFIG_PATH_ENV, Settings, load_settings
+from pipelines.observability.metrics_http import HEALTH_PATH
 from tests.backends import DEFAULT_POSTGRES_URL
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pipelines.cli.top import scrape_counts
 from pipelines.testing import embedded_app
-from pipelines.top import scrape_counts
 from tests.ports import free_port
 from tests.test_observability_processes import TIMEOUT_S, Worker, environment, pipelines, wait_for_scrape
 

@@ -19,9 +19,13 @@ def _loaded_after(code: str) -> set[str]:
 
 def test_the_metrics_process_entry_point_loads_nothing_until_it_runs() -> None:
     # Worker processes import it while building their middleware, before prometheus-client may be loaded.
-    loaded = _loaded_after("from pipelines.metrics_process import serve_metrics")
+    loaded = _loaded_after("from pipelines.observability.metrics_process import serve_metrics")
 
-    assert {m for m in loaded if m.startswith("pipelines")} == {"pipelines", "pipelines.metrics_process"}
+    assert {m for m in loaded if m.startswith("pipelines")} == {
+        "pipelines",
+        "pipelines.observability",
+        "pipelines.observability.metrics_process",
+    }
     assert "prometheus_client" not in loaded
 
 
@@ -29,9 +33,9 @@ def test_the_metrics_process_reads_its_settings_without_loading_the_middleware_o
     loaded = _loaded_after(
         "import os\n"
         f"os.environ.update(PIPELINES_STORE__URL={REDIS_URL!r}, PIPELINES_METRICS__ENABLED='true')\n"
-        "import pipelines.exposition\n"
-        "from pipelines.config import load_settings\n"
-        "from pipelines.config_urls import without_client_checks\n"
+        "import pipelines.observability.exposition\n"
+        "from pipelines.config.settings import load_settings\n"
+        "from pipelines.config.urls import without_client_checks\n"
         "with without_client_checks():\n"
         "    settings = load_settings()\n"
         "assert settings.metrics.enabled"
@@ -46,8 +50,8 @@ def test_the_store_url_is_still_checked_by_its_syntax_without_client_checks() ->
         [
             sys.executable,
             "-c",
-            "from pipelines.config import load_settings\n"
-            "from pipelines.config_urls import without_client_checks\n"
+            "from pipelines.config.settings import load_settings\n"
+            "from pipelines.config.urls import without_client_checks\n"
             "with without_client_checks():\n"
             "    load_settings()",
         ],
@@ -65,10 +69,10 @@ def test_the_store_url_is_still_checked_by_its_syntax_without_client_checks() ->
 def test_a_worker_without_encryption_keys_does_not_load_cryptography() -> None:
     loaded = _loaded_after(
         "from pipelines.app import build_app\n"
-        "from pipelines.config import Settings\n"
+        "from pipelines.config.settings import Settings\n"
         "app = build_app(Settings.from_values({'broker': {'url': 'memory://'}, 'store': {'url': 'memory://'}}))\n"
         "app.close()"
     )
 
-    assert "pipelines.sealing" in loaded
+    assert "pipelines.payloads.sealing" in loaded
     assert "cryptography.fernet" not in loaded

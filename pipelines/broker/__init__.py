@@ -7,9 +7,9 @@ import dramatiq
 from pipelines.broker.common import PipelineBroker, pipeline_broker
 from pipelines.broker.memory import MemoryBroker
 from pipelines.broker.rabbitmq import ExchangeBroker
-from pipelines.config import BrokerConfig
-from pipelines.dead_letters import DeadLetterAdmin
-from pipelines.outbound import Outbound
+from pipelines.config.sections import BrokerConfig
+from pipelines.dead_letters.reasons import DeadLetterAdmin
+from pipelines.sending.outbound import Outbound
 from pipelines.store.roles import OnceMarks
 
 __all__ = ["DeadLetterAdmin", "ExchangeBroker", "MemoryBroker", "PipelineBroker", "make_broker", "pipeline_broker"]

@@ -9,16 +9,16 @@ from typing import Any, Protocol, TypeGuard, cast
 import dramatiq
 from dramatiq.middleware import MiddlewareError, SkipMessage
 
-from pipelines import naming
 from pipelines import options as opt
-from pipelines.config import BrokerConfig
-from pipelines.dead_letters import DeadLetterPublisher
+from pipelines.config.sections import BrokerConfig
+from pipelines.dead_letters.reasons import DeadLetterPublisher
 from pipelines.errors import DefinitionError, MessageTooLarge
-from pipelines.guards import after_failed, fails_open, refuse
+from pipelines.handling.guards import after_failed, fails_open, refuse
 from pipelines.priority import refuse_broker_priority
-from pipelines.profiles import profile_of
-from pipelines.routing import route_of
-from pipelines.topology import ActorRoute, Topology, build_topology
+from pipelines.profiles.kinds import profile_of
+from pipelines.wire import naming
+from pipelines.wire.routing import route_of
+from pipelines.wire.topology import ActorRoute, Topology, build_topology
 
 
 class PipelineBroker(DeadLetterPublisher, Protocol):
@@ -192,7 +192,7 @@ class HookDispatch:
 
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
         """Dramatiq's rules, except that a guard failing before a message is processed stops it there
-        (:mod:`pipelines.guards`): only observability fails open."""
+        (:mod:`pipelines.handling.guards`): only observability fails open."""
         for hook in self._hooks("before_" + signal):
             try:
                 hook(self, *args, **kwargs)

@@ -1,7 +1,7 @@
 """The embedded broker: Dramatiq's StubBroker with the same exchanges, bindings and routing.
 
 Nothing leaves the process. A publish is matched against the same bindings RabbitMQ would use (see
-``pipelines.topology``) and each matching actor gets its own resolved copy, so a fan-out is still one
+``pipelines.wire.topology``) and each matching actor gets its own resolved copy, so a fan-out is still one
 publish and an event still reaches every subscriber. Delayed messages wait in the worker's memory (the
 stub's delay queues), which is fine for tests and demos and is why production uses RabbitMQ.
 
@@ -23,19 +23,20 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import current_millis, dq_name
 from dramatiq.errors import QueueNotFound
 
-from pipelines import naming
 from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
 from pipelines.broker.screening import letter_id, named_actor, refusal, screen, shared_queue_actor
-from pipelines.codec import encode_message
-from pipelines.config import BrokerConfig
-from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
-from pipelines.delivery import UnresolvableMessage, resolve
+from pipelines.config.sections import BrokerConfig
+from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import DefinitionError, Unroutable
-from pipelines.outbound import Outbound
-from pipelines.outcome import outcome_of
-from pipelines.routing import route_of, topic_matches
-from pipelines.topology import Topology
+from pipelines.handling.outcome import outcome_of
+from pipelines.handling.proxy import DeliveredMessage, message_of
+from pipelines.sending.outbound import Outbound
+from pipelines.wire import naming
+from pipelines.wire.codec import encode_message
+from pipelines.wire.routing import route_of, topic_matches
+from pipelines.wire.shared_bodies import UnresolvableMessage, resolve
+from pipelines.wire.topology import Topology
 
 logger = logging.getLogger(__name__)
 
@@ -187,9 +188,9 @@ class MemoryBroker(HookDispatch, StubBroker):
                 source = topology.actor_queues.get(proxy.actor_name, "")
                 if naming.dead_letter_queue(source) != queue:
                     continue
-                reason = outcome_of(proxy).dead_letter
+                reason = outcome_of(proxy).settlement.dead_letter
                 headers = reason.to_headers() if reason else {}
-                letter = RawDeadLetter(queue, encode_message(proxy._message), headers, proxy.message_id)
+                letter = RawDeadLetter(queue, encode_message(message_of(proxy)), headers, proxy.message_id)
                 entries.append((proxies, index, letter))
         published = self._published_letters
         entries += [(published, index, letter) for index, letter in enumerate(published) if letter.queue == queue]
@@ -262,14 +263,14 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
         self._slots.release()
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if outcome_of(message).requeue_in_place:
+        if outcome_of(message).settlement.requeue_in_place:
             # Memory queues have no head to return to: the retry goes to the back (order is not kept),
             # with the retry count ``Backoff`` already added to its options.
-            self.queue.put(encode_message(message._message))
+            self.queue.put(encode_message(message_of(message)))
         self._settle()
 
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
-        if not outcome_of(message).drop:
+        if not outcome_of(message).settlement.drop:
             self.dead_letters.append(message)
         self._settle()
 
@@ -280,7 +281,7 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
         """Nothing to close."""
 
 
-class _Delivery(dramatiq.broker.MessageProxy):
+class _Delivery(DeliveredMessage):
     """A message taken from a memory queue; it keeps its actor's exception, as the stub's messages do,
     so that ``join(fail_fast=True)`` can raise it."""
 

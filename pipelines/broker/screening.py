@@ -3,7 +3,7 @@
 Any producer can publish anything to an actor's queue (and anything can be put in a memory queue).
 :func:`screen` turns a body and its headers into the message the queue's actor runs, or raises what
 makes it a dead letter: over the size limit, not a JSON Dramatiq message, not for this queue, a fan-out
-of the wrong shape, a header or an option of the wrong type (``pipelines.wire_options``). Each broker's
+of the wrong shape, a header or an option of the wrong type (``pipelines.wire.option_values``). Each broker's
 consumer catches *everything* it raises and dead-letters the delivery with :func:`refusal` as its
 reason, so no delivery can escape to Dramatiq's consumer loop, which would restart the consumer (on
 RabbitMQ closing the channel of every queue in the group and sending their prefetched messages back
@@ -20,11 +20,11 @@ import dramatiq
 import orjson
 from dramatiq.common import q_name
 
-from pipelines.codec import decode_message
-from pipelines.dead_letters import DeadLetterReason, now_iso
-from pipelines.delivery import UnresolvableMessage, resolve
+from pipelines.dead_letters.reasons import DeadLetterReason, now_iso
 from pipelines.errors import MessageTooLarge
-from pipelines.wire_options import check_options, delivery_count
+from pipelines.wire.codec import decode_message
+from pipelines.wire.option_values import check_options, delivery_count
+from pipelines.wire.shared_bodies import UnresolvableMessage, resolve
 
 #: Longest message id taken from a body for a dead letter that came without one.
 MAX_LETTER_ID_CHARS = 200

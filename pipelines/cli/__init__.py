@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pipelines.cli.status import format_status
-    from pipelines.config import Settings
+    from pipelines.config.settings import Settings
 
 __all__ = ["build_parser", "format_status", "main"]
 #: What `pipelines demo` says: the demo is example code, kept with the example actors.
@@ -203,7 +203,7 @@ def _main(argv: Sequence[str] | None) -> int:
             os.environ["PIPELINES_CONFIG"] = args.config
         if args.app:
             os.environ["PIPELINES_APP__ACTORS"] = args.app
-        from pipelines.scheduler import main as scheduler_main
+        from pipelines.cli.scheduler import main as scheduler_main
 
         return scheduler_main(rest)
     if rest:
@@ -223,9 +223,9 @@ def _command(args: argparse.Namespace) -> int:
     from pipelines.app import configure
     from pipelines.cli.commands import COMMANDS, UsageError, print_config
     from pipelines.cli.output import Output
-    from pipelines.config import load_settings
+    from pipelines.config.masking import mask_text
+    from pipelines.config.settings import load_settings
     from pipelines.errors import ConfigError, DefinitionError, InvalidQuery, PipelinesError
-    from pipelines.masking import mask_text
 
     try:
         settings = load_settings(args.config)
@@ -257,7 +257,7 @@ def _check_app_is_named(settings: Settings, config: str | None) -> None:
     """
     import importlib.util
 
-    from pipelines.config import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH
+    from pipelines.config.settings import CONFIG_PATH_ENV, DEFAULT_CONFIG_PATH
     from pipelines.errors import ConfigError
 
     if "actors" in settings.app.model_fields_set or importlib.util.find_spec(settings.app.actors) is not None:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pipelines.app import App
     from pipelines.broker import ExchangeBroker
     from pipelines.store.base import RunStatus
-    from pipelines.topology import Queue
+    from pipelines.wire.topology import Queue
 
 
 class UsageError(PipelinesError):
@@ -157,7 +157,7 @@ def _unread_queues(app: App) -> set[str] | None:
 
 
 def topology(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.profiles import profile_of, summary
+    from pipelines.profiles.kinds import profile_of, summary
 
     declared = app.broker.topology
     unread = _unread_queues(app)
@@ -272,7 +272,7 @@ def dlq(app: App, args: argparse.Namespace, out: Output) -> int:
 
 
 def _dlq_list(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.dlq import describe
+    from pipelines.dead_letters.queues import describe
 
     found = describe(app.dead_letters.list(args.queue, limit=args.limit))
     if args.json:
@@ -289,7 +289,7 @@ def _dlq_list(app: App, args: argparse.Namespace, out: Output) -> int:
 
 
 def _dlq_show(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.dlq import describe
+    from pipelines.dead_letters.queues import describe
 
     letter = app.dead_letters.show(args.id)
     shown = describe([letter])[0]
@@ -307,13 +307,13 @@ def _dlq_show(app: App, args: argparse.Namespace, out: Output) -> int:
 
 
 def keda(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.keda import print_scaled_object
+    from pipelines.cli.keda import print_scaled_object
 
     return print_scaled_object(app, args)
 
 
 def top(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.top import run_top
+    from pipelines.cli.top import run_top
 
     return run_top(app, interval_s=args.interval, once=args.once)
 

@@ -6,7 +6,7 @@ a file) or ``NO_COLOR`` is set; off a terminal, lines are never wrapped, so scri
 a string holding JSON.
 
 Everything printed is data, never markup: text a message or an actor wrote (an error such as ``got
-[/x]``) is shown as it is, and every URL's password in it is masked (``pipelines.masking``), in tables,
+[/x]``) is shown as it is, and every URL's password in it is masked (``pipelines.config.masking``), in tables,
 lines and JSON alike.
 """
 
@@ -23,7 +23,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from pipelines.masking import mask_secrets, mask_text
+from pipelines.config.masking import mask_secrets, mask_text
 
 #: Width of lines written to a pipe or a file (never wrapped there).
 UNWRAPPED_WIDTH = 10_000

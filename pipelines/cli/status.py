@@ -14,8 +14,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from pipelines.cli.output import seconds, state_text
+from pipelines.config.masking import mask_text
 from pipelines.console.shape import ShapeNode, build_shape
-from pipelines.masking import mask_text
 from pipelines.store.base import RunStatus, StepStatus
 
 #: A parallel node with more members than this shows that many (failed, retrying and running first).

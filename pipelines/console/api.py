@@ -47,7 +47,7 @@ from pipelines.errors import (
     RunNotFound,
     ServiceUnavailable,
 )
-from pipelines.run_query import parse_time_ms
+from pipelines.flow.run_query import parse_time_ms
 
 #: Most rows one request may ask for.
 MAX_LIMIT = 500

@@ -18,6 +18,7 @@ import orjson
 
 from pipelines import options as opt
 from pipelines.app import App
+from pipelines.config.masking import mask_text
 from pipelines.console import scrape
 from pipelines.console.shape import build_shape, is_parallel
 from pipelines.console.views import (
@@ -32,10 +33,9 @@ from pipelines.console.views import (
     StepView,
     WorkerView,
 )
-from pipelines.dlq import DeadLetter
-from pipelines.masking import mask_text
-from pipelines.naming import dead_letter_queue
+from pipelines.dead_letters.queues import DeadLetter
 from pipelines.store.base import RunSummary, StepStatus
+from pipelines.wire.naming import dead_letter_queue
 
 #: A process whose heartbeat is older than this many heartbeat intervals counts as gone.
 HEARTBEATS_BEFORE_GONE = 3

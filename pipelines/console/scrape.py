@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.metrics_dir import NAMESPACE_LABEL
+from pipelines.observability.metrics_dir import NAMESPACE_LABEL
 
 #: Seconds to wait for one metrics endpoint.
 SCRAPE_TIMEOUT_S = 2.0

@@ -7,9 +7,9 @@ import logging
 
 import uvicorn
 
-from pipelines import logs
 from pipelines.app import App
 from pipelines.console.web import build_console
+from pipelines.observability import logs
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A run's shape, drawn back from what the run store keeps: its step ids and where its chains continue.
 
-A step id is the step's path in the pipeline tree (``pipelines.plan``), so every proper prefix of a
+A step id is the step's path in the pipeline tree (``pipelines.wire.steps``), so every proper prefix of a
 step id is a chain or a parallel node. The store keeps the chain continuations (``:starts``): a node
 whose second child is a continuation is a chain; any other node with several children is parallel.
 A chain whose first child is parallel is a chord (members, then the callback). A parallel node whose
@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from pipelines.plan import ROOT
+from pipelines.wire.steps import ROOT
 
 #: Order in which folded members are kept in view: the ones an operator looks for first.
 ATTENTION = ("failed", "retrying", "running", "pending", "skipped", "succeeded")

@@ -27,7 +27,7 @@ from pipelines.console import api
 from pipelines.console.data import ConsoleData
 from pipelines.console.security import HEADERS, Guard
 from pipelines.errors import DeadLetterNotFound, InvalidQuery, PipelinesError, RunNotFound, ServiceUnavailable
-from pipelines.sealing import SEALED_KEY
+from pipelines.payloads.sealing import SEALED_KEY
 
 #: What a value that is not known (yet) shows as: an en dash.
 MISSING = "\u2013"

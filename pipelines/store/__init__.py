@@ -22,7 +22,7 @@ What running the scripts in process costs, measured 2026-12-01 on this project's
 
 from __future__ import annotations
 
-from pipelines.config import StoreConfig
+from pipelines.config.sections import StoreConfig
 from pipelines.store.base import (
     Advance,
     Claim,

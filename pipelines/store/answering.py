@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import redis
 from redis.sentinel import MasterNotFoundError
 
+from pipelines.config.masking import mask_url
 from pipelines.errors import StoreUnavailable
-from pipelines.masking import mask_url
 
 #: Error replies Redis gives while it cannot serve for a while (it may, a moment later): loading its data,
 #: a replica that is read-only or has lost its master, a script running too long, out of memory, a

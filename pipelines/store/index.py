@@ -22,9 +22,9 @@ from typing import Any, cast
 import redis
 from redis.cluster import RedisCluster
 
-from pipelines.naming import pipeline_runs_key, recent_runs_key, run_key, running_runs_key
 from pipelines.store import replies
 from pipelines.store.base import NewRun, RunPage, RunQuery, RunSummary
+from pipelines.wire.naming import pipeline_runs_key, recent_runs_key, run_key, running_runs_key
 
 #: Seconds between two trims (and expiry renewals) of one index by one process, at least (a tenth of
 #: the retention where that is shorter).

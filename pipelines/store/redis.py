@@ -10,54 +10,43 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 import orjson
 import redis
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
 
-from pipelines.naming import (
-    idempotency_record_key,
-    lease_key,
-    once_key,
-    recent_runs_key,
-    run_id_for_key,
-    run_key,
-    schedule_key,
-    sweep_key,
-    tick_key,
-)
-from pipelines.plan import ROOT, Frame
-from pipelines.redis_cluster import cluster_client, is_cluster_url
-from pipelines.redis_sentinel import is_sentinel_url, sentinel_primary
+from pipelines.config.redis_urls import is_cluster_url, is_sentinel_url
 from pipelines.store import replies
-from pipelines.store.answering import answering
 from pipelines.store.base import (
     FINAL_RUN_STATES,
     Advance,
     Claim,
     DeadlineCheck,
-    KeyClaimKind,
-    LeaseCheck,
-    LeaseOpenKind,
     NewRun,
     ReopenKind,
     RunPage,
     RunQuery,
     RunState,
     RunStatus,
-    SlotTake,
     StallCheck,
 )
 from pipelines.store.feed import RedisRunFeed, wait_on_channel
 from pipelines.store.index import RunIndex
+from pipelines.store.redis_cluster import cluster_client
+from pipelines.store.redis_records import RedisRecords
+from pipelines.store.redis_sentinel import sentinel_primary
 from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.scripting import Scripts
-from pipelines.store.stalls import RunStalls
+from pipelines.store.stall_checks import RunStalls
 from pipelines.store.thread_clients import ThreadClients
+from pipelines.wire.naming import (
+    recent_runs_key,
+    run_id_for_key,
+    run_key,
+)
+from pipelines.wire.steps import ROOT, Frame
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
@@ -73,7 +62,7 @@ def _plain_client(url: str, **options: Any) -> redis.Redis:
     )
 
 
-class RedisRunStore:
+class RedisRunStore(RedisRecords):
     """Every role of :class:`~pipelines.store.roles.RunStore`, on Redis.
 
     ``client`` is a client built already (the embedded mode's in-process server); ``url`` then only
@@ -92,9 +81,6 @@ class RedisRunStore:
         wait_for_replicas: int = 0,
         replica_wait_ms: int = 100,
     ) -> None:
-        self._url = url
-        self._namespace = namespace
-        self._retention_ms = retention_s * 1000
         self._thread_clients: ThreadClients | None = None
         if client is None and is_cluster_url(url):
             client = cluster_client(url, timeout_s=SOCKET_TIMEOUT_S)
@@ -106,13 +92,13 @@ class RedisRunStore:
         elif client is None:
             client = _plain_client(url)
             self._thread_clients = ThreadClients(lambda: _plain_client(url, single_connection_client=True))
-        self._redis: redis.Redis | RedisCluster = client
         self.replica_wait = (
             ReplicaWait(replicas=wait_for_replicas, timeout_ms=replica_wait_ms, url=url) if wait_for_replicas else None
         )
-        self._scripts = Scripts(
+        scripts = Scripts(
             client, cluster=is_cluster_url(url), thread_clients=self._thread_clients, replica_wait=self.replica_wait
         )
+        super().__init__(client=client, scripts=scripts, url=url, namespace=namespace, retention_ms=retention_s * 1000)
         self._index = RunIndex(
             client=self._redis, namespace=namespace, retention_ms=self._retention_ms, answering=self._answering
         )
@@ -122,19 +108,8 @@ class RedisRunStore:
         self._fail = self._scripts.register("fail")
         self._finish = self._scripts.register("finish")
         self._reopen = self._scripts.register("reopen")
-        self._key_claim = self._scripts.register("key_claim")
-        self._key_release = self._scripts.register("key_release")
-        self._key_finish = self._scripts.register("key_finish")
         self._progress = self._scripts.register("progress")
-        self._lease_open = self._scripts.register("lease_open")
-        self._lease_renew = self._scripts.register("lease_renew")
-        self._lease_take = self._scripts.register("lease_take")
-        self._lease_close = self._scripts.register("lease_close")
         self._deadline = self._scripts.register("deadline")
-        self._tick_claim = self._scripts.register("tick_claim")
-        self._tick_sweep = self._scripts.register("tick_sweep")
-        self._reserve = self._scripts.register("reserve")
-        self._rate_take = self._scripts.register("rate_take")
         self._stalls = RunStalls(
             client=self._redis,
             scripts=self._scripts,
@@ -142,15 +117,6 @@ class RedisRunStore:
             retention_ms=self._retention_ms,
             answering=self._answering,
         )
-
-    def _answering(self) -> AbstractContextManager[None]:
-        return answering(self._url)
-
-    def _run(self, script: Script, keys: list[str], args: list[Any], *, replicated: bool = False) -> Any:
-        """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`); a ``replicated``
-        one waits for replicas where the store does."""
-        with self._answering():
-            return self._scripts.run(script, keys, args, replicated=replicated)
 
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
@@ -295,102 +261,9 @@ class RedisRunStore:
     def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
         return replies.reopen(self._run(self._reopen, [self._key(run_id)], [node, self._retention_ms]))
 
-    def _idempotency_key(self, key: str) -> str:
-        return idempotency_record_key(self._namespace, key)
-
-    def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
-        return replies.key_claim(self._run(self._key_claim, [self._idempotency_key(key)], [holder, lease_ms]))
-
-    def finish_key(self, key: str, *, retention_s: int) -> None:
-        # A script, not a SET: it is sent with the step's other writes and waits for replicas as they do.
-        replies.key_finish(self._run(self._key_finish, [self._idempotency_key(key)], [retention_s], replicated=True))
-
-    def release_key(self, key: str, *, holder: str) -> None:
-        replies.key_release(self._run(self._key_release, [self._idempotency_key(key)], [holder]))
-
-    def mark_once(self, key: str, *, retention_s: int) -> bool:
-        with self._answering():
-            return bool(self._redis.set(once_key(self._namespace, key), "1", nx=True, ex=retention_s))
-
-    def forget_once(self, key: str) -> None:
-        with self._answering():
-            self._redis.delete(once_key(self._namespace, key))
-
-    def is_marked(self, key: str) -> bool:
-        with self._answering():
-            return bool(self._redis.exists(once_key(self._namespace, key)))
-
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
         args = [node, "" if fraction is None else repr(float(fraction)), text]
         return replies.progress(self._run(self._progress, [self._key(run_id)], args))
-
-    def _lease(self, lease_id: str) -> str:
-        return lease_key(self._namespace, lease_id)
-
-    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> LeaseOpenKind:
-        args = [holder, lease_ms, record, self._retention_ms]
-        return replies.lease_open(self._run(self._lease_open, [self._lease(lease_id)], args))
-
-    def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
-        ids = list(holders)
-        if not ids:
-            return []
-
-        # One script per lease (each atomic), all in one round trip: leases are in different Redis
-        # Cluster slots, which one script may not span.
-        def fill(pipe: Any) -> None:
-            for lease_id in ids:
-                self._scripts.queue(pipe, self._lease_renew, [self._lease(lease_id)], [lease_ms, holders[lease_id]])
-
-        with self._answering():
-            replies_by_lease = self._scripts.execute(fill)
-        return [lost for lost, reply in zip(ids, replies_by_lease, strict=True) if replies.lease_renew(reply, [lost])]
-
-    def close_lease(self, lease_id: str) -> None:
-        replies.lease_close(self._run(self._lease_close, [self._lease(lease_id)], []))
-
-    def take_expired_lease(self, lease_id: str) -> LeaseCheck:
-        return replies.lease_take(self._run(self._lease_take, [self._lease(lease_id)], []))
-
-    def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
-        keys = [tick_key(self._namespace, job, tick_ms), schedule_key(self._namespace, job), self._swept(job)]
-        return replies.tick_claim(self._run(self._tick_claim, keys, [tick_ms, retention_s * 1000]))
-
-    def last_tick(self, job: str) -> int | None:
-        with self._answering():
-            value = self._redis.get(schedule_key(self._namespace, job))
-        return int(value) if value is not None else None
-
-    def tick_claims(self, job: str, tick_ms: int) -> int:
-        with self._answering():
-            value = self._redis.get(tick_key(self._namespace, job, tick_ms))
-        return int(value) if value is not None else 0
-
-    def swept_through(self, job: str) -> int | None:
-        with self._answering():
-            value = self._redis.get(self._swept(job))
-        return int(value) if value is not None else None
-
-    def sweep_ticks(self, job: str, ticks: Sequence[int], *, cutoff_ms: int, through_ms: int) -> list[int]:
-        keys = [self._swept(job), *(tick_key(self._namespace, job, tick) for tick in ticks)]
-        return replies.tick_sweep(self._run(self._tick_sweep, keys, [cutoff_ms, through_ms, *ticks]))
-
-    def _swept(self, job: str) -> str:
-        return sweep_key(self._namespace, job)
-
-    def _rate_key(self, key: str) -> str:
-        # The limit's key is a hash tag: its next slot and its latest runs share one Redis Cluster slot.
-        return f"{self._namespace}:{{{key}}}"
-
-    def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
-        return replies.reserve(self._run(self._reserve, [self._rate_key(key)], [count, interval_ms]))
-
-    def take_slot(
-        self, key: str, *, interval_ms: int, window_count: int, window_ms: int, held_ms: int, grace_ms: int
-    ) -> SlotTake:
-        keys = [self._rate_key(key), f"{self._rate_key(key)}:runs"]
-        args = [interval_ms, window_count, window_ms, held_ms, grace_ms]
-        return replies.rate_take(self._run(self._rate_take, keys, args))
 
     def keep_alive(self, run_ids: Collection[str]) -> int:
         return self._stalls.keep_alive(run_ids)

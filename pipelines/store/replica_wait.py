@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from pipelines.masking import mask_url
+from pipelines.config.masking import mask_url
 
 logger = logging.getLogger("pipelines.store")
 

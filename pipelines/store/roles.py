@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
-from pipelines.plan import Frame
 from pipelines.store.base import (
     Advance,
     Claim,
@@ -45,6 +44,7 @@ from pipelines.store.base import (
     SlotTake,
     StallCheck,
 )
+from pipelines.wire.steps import Frame
 
 
 class RunStates(Protocol):

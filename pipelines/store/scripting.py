@@ -16,7 +16,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
-from pipelines.group_commit import GroupCommit, NotDone
+from pipelines.store.group_commit import GroupCommit, NotDone
 from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.thread_clients import ThreadClients
 from pipelines.store.waited_sends import reply_or_error, send_waiting, send_waiting_per_primary

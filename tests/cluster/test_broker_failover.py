@@ -24,7 +24,7 @@ from local_rabbit import RabbitCluster, RabbitNode
 from local_slot import wait_for
 
 from pipelines.app import App, build_app
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from pipelines.store import RedisRunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"))

@@ -13,7 +13,7 @@ from local_rabbit import RabbitCluster
 
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from pipelines.errors import TopologyMismatch
 from tests.housekeeping import fresh_namespace
 

@@ -16,8 +16,8 @@ import pytest
 from local_redis import LocalRedisCluster
 from redis.cluster import RedisCluster
 
-from pipelines.naming import run_key
 from pipelines.store import NewRun, RedisRunStore
+from pipelines.wire.naming import run_key
 from tests.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster

@@ -32,10 +32,10 @@ from local_sentinel import LocalSentinel
 from local_slot import wait_for
 
 from pipelines.app import build_app
-from pipelines.config import Settings
-from pipelines.naming import run_key
+from pipelines.config.settings import Settings
 from pipelines.runs import Run
 from pipelines.store import RedisRunStore
+from pipelines.wire.naming import run_key
 from tests.backends import AMQP_URL, POSTGRES_URL, TEST_DELAY_TIERS_S
 from tests.housekeeping import fresh_namespace
 

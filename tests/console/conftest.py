@@ -30,10 +30,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import pipelines
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from pipelines.console.web import build_console
-from pipelines.metrics_http import serve_http
 from pipelines.middleware import Metrics
+from pipelines.observability.metrics_http import serve_http
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 from tests.housekeeping import fresh_namespace

@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import chain, chord, fan_out, group, step
 from pipelines.composition import Node
-from pipelines.dead_letters import DeadLetterReason
+from pipelines.dead_letters.reasons import DeadLetterReason
 from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console, served_console
 
 pytestmark = pytest.mark.integration

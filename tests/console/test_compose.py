@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.config import Settings, load_settings
-from pipelines.config_errors import ENV_PREFIX
+from pipelines.config.problems import ENV_PREFIX
+from pipelines.config.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

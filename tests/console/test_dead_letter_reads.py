@@ -18,9 +18,9 @@ import pytest
 from pipelines import DeadLetterNotFound
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
-from pipelines.codec import encode_message
-from pipelines.dead_letters import DeadLetterReason
-from pipelines.naming import dead_letter_queue
+from pipelines.dead_letters.reasons import DeadLetterReason
+from pipelines.wire.codec import encode_message
+from pipelines.wire.naming import dead_letter_queue
 from tests.backends import only_on
 from tests.console.conftest import served_console
 from tests.fixtures import MakeApp

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pipelines.composition import Node, chain, chord, fan_out, group
 from pipelines.composition import Step as S
 from pipelines.console.shape import ShapeNode, build_shape, is_parallel
-from pipelines.plan import compile_plan
+from pipelines.flow.plan import compile_plan
 
 
 def shape_of(node: Node, *, fold_at: int = 50, failed: tuple[str, ...] = ()) -> ShapeNode[str]:

@@ -15,9 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pipelines.config import Settings
-from pipelines.config_errors import ENV_PREFIX
-from pipelines.metrics_http import HEALTH_PATH
+from pipelines.config.problems import ENV_PREFIX
+from pipelines.config.settings import Settings
+from pipelines.observability.metrics_http import HEALTH_PATH
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = ROOT / "deploy" / "kubernetes"

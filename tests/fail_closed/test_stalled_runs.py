@@ -26,11 +26,12 @@ from fail_closed_support import Effects
 from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 
 import pipelines
-from pipelines import chain, naming, step
+from pipelines import chain, step
 from pipelines.app import App
-from pipelines.dead_letters import DeadLetterReason, now_iso
-from pipelines.deferral import STORE_DOWN_RETRY_DELAY_MS
+from pipelines.dead_letters.reasons import DeadLetterReason, now_iso
+from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS
 from pipelines.store import RedisRunStore, RunStatus
+from pipelines.wire import naming
 from tests.backends import AMQP_URL
 from tests.fixtures import MakeApp, StartWorker
 

@@ -26,7 +26,7 @@ from fail_closed_support import Effects
 
 from pipelines import chain, step
 from pipelines.app import build_app
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from tests.backends import POSTGRES_URL
 from tests.housekeeping import fresh_namespace, start_process, stop_process
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from tests.backends import AMQP_URL, REDIS_URL
 from tests.housekeeping import fresh_namespace
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from fault_actors import Ledger, declare
 
 from pipelines.app import App, build_app
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from tests.housekeeping import start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ from fault_actors import Ledger
 from periodiq import cron
 
 from pipelines.app import configure
-from pipelines.schedules import current_tick
+from pipelines.schedules.ticks import current_tick
 
 app = configure()
 broker = app.broker

@@ -37,7 +37,7 @@ import redis
 from pipelines import step
 from pipelines.app import App, build_app
 from pipelines.broker.rabbitmq import ExchangeBroker
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from tests.housekeeping import fresh_namespace, start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent

@@ -16,9 +16,9 @@ from periodiq import cron
 from tcp_proxy import TcpProxy
 
 from pipelines.app import build_app
-from pipelines.config import Settings
+from pipelines.cli.scheduler import Scheduler
+from pipelines.config.settings import Settings
 from pipelines.errors import BrokerUnavailable
-from pipelines.scheduler import Scheduler
 from tests.backends import AMQP_URL
 from tests.housekeeping import start_process, stop_process
 

@@ -13,7 +13,7 @@ from own_rabbit import OwnRabbit
 
 from pipelines.app import build_app
 from pipelines.broker import ExchangeBroker
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from tests.backends import REDIS_URL, TEST_DELAY_TIERS_S
 from tests.housekeeping import delete_test_namespace, fresh_namespace, listed
 

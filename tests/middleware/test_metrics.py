@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from pipelines import chain, chord, for_each
 from pipelines.app import App
-from pipelines.config import MetricsConfig
+from pipelines.config.sections import MetricsConfig
 from pipelines.middleware import Metrics
 from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.ports import free_port
@@ -142,7 +142,7 @@ def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_ap
 def test_each_dramatiq_command_gets_its_own_directory_and_removes_those_of_exited_ones(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from pipelines.metrics_dir import GROUP_MARKER, group_dir, metrics_root, open_group
+    from pipelines.observability.metrics_dir import GROUP_MARKER, group_dir, metrics_root, open_group
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     assert metrics_root(MetricsConfig()).name == "pipelines-metrics"

@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from pipelines import chain
 from pipelines import options as opt
 from pipelines.middleware.tracing import Tracing, _left_out_parent
-from pipelines.tail_sampling import (
+from pipelines.observability.tail_sampling import (
     KEPT_ATTRIBUTE,
     KeepFailedAndSlow,
     RecordLeftOutProcessing,

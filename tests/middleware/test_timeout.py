@@ -9,7 +9,7 @@ import dramatiq
 import pytest
 
 from pipelines import chain
-from pipelines.dead_letters import DeadLetterReason
+from pipelines.dead_letters.reasons import DeadLetterReason
 from pipelines.middleware import TimeoutTooLong
 from tests.fixtures import MakeApp, Observe, StartWorker
 

@@ -6,6 +6,7 @@ from dramatiq.middleware import Callbacks, Pipelines, ShutdownNotifications, Tim
 from periodiq import PeriodiqMiddleware
 
 from pipelines.app import build_app
+from pipelines.flow.runtime import Runtime
 from pipelines.middleware import (
     ActorTimeLimit,
     Backoff,
@@ -24,7 +25,6 @@ from pipelines.middleware import (
     Timeout,
     Tracing,
 )
-from pipelines.runtime import Runtime
 from pipelines.stack import build_middleware
 from pipelines.store import embedded_store
 from pipelines.testing import embedded_settings

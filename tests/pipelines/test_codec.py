@@ -15,8 +15,8 @@ import dramatiq
 import pytest
 
 from pipelines import options as opt
-from pipelines.codec import MalformedMessage, decode_message, decode_value, encode_message, encode_value
 from pipelines.errors import DefinitionError
+from pipelines.wire.codec import MalformedMessage, decode_message, decode_value, encode_message, encode_value
 from tests.backends import Backend
 from tests.fixtures import MakeApp
 

@@ -8,9 +8,9 @@ import dramatiq
 import pytest
 
 from pipelines import chain, step
-from pipelines import plan as plan_module
-from pipelines.compiled_plans import compiled_plan
 from pipelines.errors import DefinitionError, UnknownActor
+from pipelines.flow import plan as plan_module
+from pipelines.flow.compiled_plans import compiled_plan
 from tests.fixtures import MakeApp, StartWorker
 
 TIMEOUT_S = 30
@@ -38,7 +38,7 @@ def test_a_node_started_again_is_compiled_once(make_app: MakeApp, monkeypatch: p
         compiled.append(node)
         return real(node)
 
-    monkeypatch.setattr("pipelines.compiled_plans.compile_plan", counted)
+    monkeypatch.setattr("pipelines.flow.compiled_plans.compile_plan", counted)
     pipeline = chain(step(a["count"]), step(a["count"]))
 
     first, second = app.start(pipeline, args=(1,)), app.start(pipeline, args=(2,))

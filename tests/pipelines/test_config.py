@@ -11,10 +11,11 @@ import pytest
 from redis.connection import SSLConnection
 from redis.sentinel import SentinelManagedConnection
 
-from pipelines.config import CONFIG_PATH_ENV, Settings, load_settings
+from pipelines.config.masking import mask_url
+from pipelines.config.redis_urls import SentinelAddress, parse_sentinel_url
+from pipelines.config.settings import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.errors import ConfigError
-from pipelines.masking import mask_url
-from pipelines.redis_sentinel import SentinelAddress, parse_sentinel_url, sentinel_primary
+from pipelines.store.redis_sentinel import sentinel_primary
 
 SECRET = "s3cr3t-Pa55"
 

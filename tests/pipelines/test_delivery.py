@@ -9,7 +9,7 @@ import pytest
 
 from pipelines import options as opt
 from pipelines.broker.common import event_message
-from pipelines.delivery import UnresolvableMessage, resolve
+from pipelines.wire.shared_bodies import UnresolvableMessage, resolve
 
 STEP_SHIP = {"run": "r1", "node": "0.1.0", "up": [["p", "0.1", 0, 2]]}
 STEP_EMAIL = {"run": "r1", "node": "0.1.1", "up": [["p", "0.1", 1, 2]]}

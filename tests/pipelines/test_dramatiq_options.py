@@ -17,7 +17,7 @@ from dramatiq.results.backends import RedisBackend
 
 from pipelines import step
 from pipelines.errors import DefinitionError
-from pipelines.wire_options import MalformedOption
+from pipelines.wire.option_values import MalformedOption
 from tests.backends import REDIS_URL, only_on
 from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.recording import TIMEOUT_S, Recorded

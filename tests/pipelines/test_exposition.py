@@ -18,8 +18,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from pipelines.broker import ExchangeBroker
-from pipelines.exposition import GroupSamples, LiveWorkers, QueueDepths
-from pipelines.metrics_http import serve_http
+from pipelines.observability.exposition import GroupSamples, LiveWorkers, QueueDepths
+from pipelines.observability.metrics_http import serve_http
 from tests.backends import only_on
 from tests.fixtures import MakeApp
 from tests.housekeeping import start_process, stop_process

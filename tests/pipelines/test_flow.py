@@ -129,7 +129,7 @@ def test_a_large_message_is_a_warning_or_by_policy_an_error(
     for app in (warn, strict):
         dramatiq.actor(broker=app.broker, actor_name="render")(lambda html: None)
 
-    with caplog.at_level(logging.WARNING, logger="pipelines.outbound"):
+    with caplog.at_level(logging.WARNING, logger="pipelines.sending.outbound"):
         warn.broker.get_actor("render").send("x" * 2000)
         warn.broker.get_actor("render").send("x" * 2000)
     with pytest.raises(MessageTooLarge, match=r"over broker.warn_message_bytes = 1000: pass ids, not objects"):

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from pipelines import group_commit
-from pipelines.group_commit import NOT_DONE, GroupCommit
+from pipelines.store import group_commit
+from pipelines.store.group_commit import NOT_DONE, GroupCommit
 
 
 def test_a_lone_caller_commits_its_own_item_at_once() -> None:

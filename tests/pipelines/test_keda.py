@@ -6,8 +6,8 @@ import dramatiq
 import pytest
 import yaml
 
+from pipelines.cli.keda import Scaling, scaled_object, watched_queues
 from pipelines.errors import ConfigError
-from pipelines.keda import Scaling, scaled_object, watched_queues
 from pipelines.testing import embedded_app
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from pipelines import logs
+from pipelines.observability import logs
 
 PASSWORD = "pa/ss w'rd"
 URL = f"redis://app:{PASSWORD}@cache.internal:6379/0"

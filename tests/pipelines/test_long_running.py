@@ -11,8 +11,8 @@ import orjson
 
 from pipelines import report_progress, step
 from pipelines.broker import MemoryBroker
-from pipelines.codec import encode_message
 from pipelines.middleware.leases import WATCHDOG, Leases
+from pipelines.wire.codec import encode_message
 from tests.backends import only_on
 from tests.fixtures import MakeApp, Observe, StartWorker
 

@@ -7,7 +7,7 @@ import itertools
 import pytest
 from redis.crc import key_slot
 
-from pipelines import naming
+from pipelines.wire import naming
 
 NAMESPACES = ["prod", "prod-eu", "prod_eu", "staging", "p", "test-run-1"]
 QUEUE_NAMES = ["default", "images", "events"]

@@ -8,8 +8,9 @@ from typing import Any
 
 import dramatiq
 
-from pipelines.codec import decode_message, encode_message
-from pipelines.outcome import KeyClaim, MessageOutcome, fail_message, outcome_of
+from pipelines.handling.outcome import KeyClaim, MessageOutcome, Scratch, fail_message, outcome_of
+from pipelines.handling.proxy import message_of
+from pipelines.wire.codec import decode_message, encode_message
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,9 +27,9 @@ def test_a_delivery_starts_with_an_empty_outcome_and_keeps_the_same_one() -> Non
 
     outcome = outcome_of(message)
     outcome.duplicate = True
-    outcome.key_claim = KeyClaim("charge:7", "holder-1")
+    outcome.scratch.key_claim = KeyClaim("charge:7", "holder-1")
 
-    assert outcome == MessageOutcome(duplicate=True, key_claim=KeyClaim("charge:7", "holder-1"))
+    assert outcome == MessageOutcome(duplicate=True, scratch=Scratch(key_claim=KeyClaim("charge:7", "holder-1")))
     assert outcome_of(message) is outcome
     assert outcome_of(proxy()) == MessageOutcome()
 
@@ -37,7 +38,7 @@ def test_the_outcome_stays_with_the_delivery_and_a_message_sent_again_starts_afr
     message = proxy()
     outcome_of(message).retry_scheduled = True
 
-    again = dramatiq.broker.MessageProxy(decode_message(encode_message(message._message)))
+    again = dramatiq.broker.MessageProxy(decode_message(encode_message(message_of(message))))
 
     assert again.options == message.options == {}
     assert outcome_of(again) == MessageOutcome()
@@ -50,21 +51,22 @@ def test_failing_a_message_on_purpose_records_why_and_the_error() -> None:
     fail_message(message, "permanent error", error)
 
     assert message.failed
-    assert (outcome_of(message).failure, outcome_of(message).failure_error) == ("permanent error", error)
+    assert (outcome_of(message).settlement.failure, outcome_of(message).settlement.failure_error) == (
+        "permanent error",
+        error,
+    )
 
 
 def _proxy_attribute_accesses(path: Path) -> list[str]:
-    """``setattr``/``getattr`` calls on a message proxy in ``path``, other than the arguments themselves."""
+    """``setattr``/``getattr`` calls on a message proxy in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2):
             continue
-        target, name = node.args[0], node.args[1]
+        target = node.args[0]
         if node.func.id not in ("setattr", "getattr") or not isinstance(target, ast.Name):
             continue
-        if target.id in ("message", "proxy") and not (
-            isinstance(name, ast.Constant) and name.value in ("args", "kwargs")
-        ):
+        if target.id in ("message", "proxy"):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return found
 

@@ -16,8 +16,8 @@ from pipelines import chain, step
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.errors import InvalidActorOption
-from pipelines.naming import run_key
-from pipelines.payloads import InvalidArguments, InvalidPayload
+from pipelines.payloads.typed import InvalidArguments, InvalidPayload
+from pipelines.wire.naming import run_key
 from tests.backends import only_on
 from tests.fixtures import MakeApp, Observe, StartWorker
 
@@ -192,7 +192,7 @@ def test_a_message_newer_than_the_worker_waits_for_an_upgraded_worker(make_app: 
     @dramatiq.actor(broker=app.broker, payload=ChargeV1)
     def charge(request: ChargeV1) -> None: ...
 
-    from pipelines.payloads import NewerPayload, from_wire
+    from pipelines.payloads.typed import NewerPayload, from_wire
 
     with pytest.raises(NewerPayload, match=r"knows schema version 1, the message is version 2"):
         from_wire(charge, ({"order_id": 1, "amount_cents": 1, "currency": "EUR"},), 2)

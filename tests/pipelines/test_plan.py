@@ -9,11 +9,12 @@ import orjson
 import pytest
 
 from pipelines import options as opt
-from pipelines.codec import MalformedMessage
 from pipelines.composition import Chain, Node, Parallel, Step
 from pipelines.context import MessageContext
-from pipelines.dead_letters import reason_for
-from pipelines.plan import ROOT, Frame, Leaf, MalformedStepAddress, Plan, StepAddress, compile_plan
+from pipelines.dead_letters.reasons import reason_for
+from pipelines.flow.plan import Plan, compile_plan
+from pipelines.wire.codec import MalformedMessage
+from pipelines.wire.steps import ROOT, Frame, Leaf, MalformedStepAddress, StepAddress
 
 A, B, C, D, E = (Step(name) for name in ("a", "b", "c", "d", "e"))
 

@@ -12,7 +12,7 @@ from periodiq import cron
 from pipelines import options as opt
 from pipelines.broker import ExchangeBroker
 from pipelines.errors import DefinitionError, InvalidActorOption, TopologyMismatch
-from pipelines.profiles import partition_for
+from pipelines.profiles.kinds import partition_for
 from tests.backends import only_on
 from tests.fixtures import MakeApp, Observe, StartWorker
 

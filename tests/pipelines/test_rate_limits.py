@@ -11,7 +11,7 @@ import pytest
 
 from pipelines import step
 from pipelines.broker import ExchangeBroker
-from pipelines.rate_limits import parse_rate
+from pipelines.wire.rates import parse_rate
 from tests.backends import only_on
 from tests.fixtures import MakeApp, StartWorker
 

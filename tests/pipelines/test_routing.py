@@ -7,9 +7,9 @@ from typing import Any
 import dramatiq
 import pytest
 
-from pipelines import naming
 from pipelines import options as opt
-from pipelines.routing import Route, route_of, topic_matches
+from pipelines.wire import naming
+from pipelines.wire.routing import Route, route_of, topic_matches
 
 
 def message(*, actor_name: str = "", options: dict[str, Any] | None = None) -> dramatiq.Message[Any]:

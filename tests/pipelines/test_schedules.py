@@ -15,10 +15,10 @@ from periodiq import cron
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines import step
-from pipelines.metrics_http import serve_http
 from pipelines.middleware import Metrics
 from pipelines.middleware.schedules import CHECK
-from pipelines.schedules import current_tick, tick_of, ticks_between
+from pipelines.observability.metrics_http import serve_http
+from pipelines.schedules.ticks import current_tick, tick_of, ticks_between
 from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.ports import free_port
 

@@ -13,8 +13,8 @@ from cryptography.fernet import Fernet
 from pipelines import chain, step
 from pipelines.app import App
 from pipelines.middleware import StalledRuns
-from pipelines.naming import running_runs_key, stall_sweep_key
 from pipelines.store import RedisRunStore
+from pipelines.wire.naming import running_runs_key, stall_sweep_key
 from tests.fixtures import MakeApp, StartWorker
 
 PAN = "340000000000009"

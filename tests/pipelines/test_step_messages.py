@@ -10,14 +10,14 @@ import pytest
 
 from pipelines import options as opt
 from pipelines.broker import MemoryBroker
-from pipelines.config import BrokerConfig
-from pipelines.delivery import resolve
+from pipelines.config.sections import BrokerConfig
 from pipelines.errors import DefinitionError
-from pipelines.naming import MAX_NAME_BYTES
-from pipelines.outbound import Outbound
-from pipelines.plan import Frame, Leaf, StepAddress
-from pipelines.routing import route_of
-from pipelines.step_messages import StepInput, _check_arguments, step_messages
+from pipelines.flow.step_messages import StepInput, _check_arguments, step_messages
+from pipelines.sending.outbound import Outbound
+from pipelines.wire.naming import MAX_NAME_BYTES
+from pipelines.wire.routing import route_of
+from pipelines.wire.shared_bodies import resolve
+from pipelines.wire.steps import Frame, Leaf, StepAddress
 
 UP = (Frame("p", "0.1", 0, 3), Frame("c", "0", 1, 2))
 GIVEN = StepInput(("previous",), {"trace": "t-1"})

@@ -11,18 +11,10 @@ import pytest
 from periodiq import cron
 
 from pipelines.broker import ExchangeBroker
-from pipelines.deadlines import DEADLINE_CHECK
+from pipelines.flow.deadlines import DEADLINE_CHECK
 from pipelines.middleware.leases import WATCHDOG
 from pipelines.middleware.schedules import CHECK
-from pipelines.topology import (
-    DELAY_TIER_HEADER,
-    ActorRoute,
-    Binding,
-    Exchange,
-    Queue,
-    Topology,
-    build_topology,
-)
+from pipelines.wire.topology import DELAY_TIER_HEADER, ActorRoute, Binding, Exchange, Queue, Topology, build_topology
 from tests.backends import AMQP_URL, TEST_DELAY_TIERS_S, only_on
 from tests.fixtures import MakeApp
 from tests.housekeeping import listed

@@ -6,7 +6,7 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pipelines import trace_context
+from pipelines.wire import trace_context
 
 
 def propagated(span_context: SpanContext) -> dict[str, str]:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pipelines import wire_options
-from pipelines.wire_options import MalformedOption
+from pipelines.wire import option_values as wire_options
+from pipelines.wire.option_values import MalformedOption
 
 READERS: list[tuple[Callable[[dict[str, Any]], Any], str, Any, Any, Any]] = [
     # reader, option, a good value, what the reader gives for it, a bad value

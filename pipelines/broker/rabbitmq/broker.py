@@ -31,15 +31,15 @@ from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.publishing import Publishing
 from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.rabbitmq.workers import RunningWorkers
-from pipelines.codec import encode_message, warn_custom_encoder
-from pipelines.config import BrokerConfig
-from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
+from pipelines.config.sections import BrokerConfig
+from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionError
-from pipelines.naming import dead_letter_queue, readers_queue
-from pipelines.outbound import Outbound
-from pipelines.routing import route_of
+from pipelines.sending.outbound import Outbound
 from pipelines.store.roles import OnceMarks
-from pipelines.topology import DELAY_TIER_HEADER, Topology
+from pipelines.wire.codec import encode_message, warn_custom_encoder
+from pipelines.wire.naming import dead_letter_queue, readers_queue
+from pipelines.wire.routing import route_of
+from pipelines.wire.topology import DELAY_TIER_HEADER, Topology
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         self.config = config
         self.namespace = namespace
         self.outbound = outbound
-        """Prepares every message before it is encoded (see ``pipelines.outbound``)."""
+        """Prepares every message before it is encoded (see ``pipelines.sending.outbound``)."""
         self.actor_options |= {opt.SUBSCRIBE, opt.BROKER_PRIORITY}  # the latter refused with a sentence
         self.parameters = node_parameters(config)
         self.thread_connections = Connections(parameters=self.parameters, config=config)
@@ -327,7 +327,7 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def channel(self) -> None:
         RabbitmqBroker.channel.fdel(self)  # type: ignore[attr-defined]
 
-    # -- dead letters (pipelines.dead_letters.DeadLetterAdmin) ---------------------------------
+    # -- dead letters (pipelines.dead_letters.reasons.DeadLetterAdmin) ---------------------------------
 
     def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None:
         """Publish a message's body to ``queue``'s dead-letter queue with ``reason`` in its headers."""

@@ -22,7 +22,7 @@ from dramatiq.errors import BrokerError
 
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS, REFUSED_LOGIN, ConfirmPublisher
 from pipelines.broker.rabbitmq.connecting import HANDSHAKE_TIMEOUT
-from pipelines.config import BrokerConfig
+from pipelines.config.sections import BrokerConfig
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable
 
 _T = TypeVar("_T")

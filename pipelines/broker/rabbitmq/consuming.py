@@ -14,7 +14,7 @@ but a lost connection: such a delivery is dead-lettered (``could not be consumed
 restarting the consumer, and a long-running one gives its slot of the window back. A redelivered copy
 of a message dead-lettered already is acknowledged without a second dead letter. A delayed message
 back from a delay tier before it is due goes on to the next tier. Deliveries are settled by what the
-middleware decided (:mod:`pipelines.outcome`): a failed one is published to its dead-letter queue
+middleware decided (:mod:`pipelines.handling.outcome`): a failed one is published to its dead-letter queue
 with its reason and then acknowledged (``dead_lettering``), a dropped one is acknowledged, and a retry
 in place goes back to the head of its queue.
 """
@@ -28,29 +28,30 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 import dramatiq
 from dramatiq.common import current_millis
 from dramatiq.errors import ConnectionClosed
 
 from pipelines import options as opt
-from pipelines import wire_options
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connecting import open_connection
 from pipelines.broker.rabbitmq.connections import dramatiq_error
-from pipelines.broker.rabbitmq.dead_lettering import DeadLettering
+from pipelines.broker.rabbitmq.dead_lettering import DeadLettering, DeadLetteringBroker
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.polling import Fetched, LongRunningReader
 from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.screening import letter_id, refusal, screen
-from pipelines.dead_letters import DeadLetterReason, reason_for
+from pipelines.dead_letters.reasons import DeadLetterReason, reason_for
 from pipelines.errors import PipelinesError
-from pipelines.outcome import outcome_of
+from pipelines.handling.outcome import outcome_of
+from pipelines.wire import option_values as wire_options
 
 if TYPE_CHECKING:
-    from pipelines.broker.rabbitmq.broker import ExchangeBroker
+    from pipelines.broker.rabbitmq.connections import Connections
+    from pipelines.config.sections import BrokerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +74,32 @@ class Arrival(NamedTuple):
     """Fetched into a slot of the long-running window (given back if it never reaches a thread)."""
 
 
+class ConsumedBroker(DeadLetteringBroker, Protocol):
+    """What a consumer needs of its broker: connections, declarations, the actors, delays, its own end."""
+
+    @property
+    def thread_connections(self) -> Connections: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def actors(self) -> dict[str, dramatiq.Actor[Any, Any]]: ...
+
+    def ensure_topology(self) -> None: ...
+
+    def forget_declarations(self) -> None: ...
+
+    def redelay(self, message: dramatiq.Message[Any], eta_ms: int) -> None: ...
+
+    def forget_consumer(self, consumer: GroupConsumer) -> None: ...
+
+
 class GroupConsumer(dramatiq.broker.Consumer):
     """Consumes every actor queue of one Dramatiq queue name on one channel (see the module docstring)."""
 
     def __init__(
-        self, broker: ExchangeBroker, queue_name: str, prefetch: int, timeout_ms: int, *, window: LongRunningWindow
+        self, broker: ConsumedBroker, queue_name: str, prefetch: int, timeout_ms: int, *, window: LongRunningWindow
     ) -> None:
         self.broker = broker
         self.queue_name = queue_name
@@ -324,7 +346,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
         self._release(message)
         if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
-        elif outcome_of(message).requeue_in_place:
+        elif outcome_of(message).settlement.requeue_in_place:
             # Back to the head of its queue (quorum queues redeliver returned messages first).
             self.settlements.reject(message.tag, requeue=True)
         elif not message.settled:

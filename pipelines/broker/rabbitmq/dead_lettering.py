@@ -16,20 +16,22 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dramatiq.errors import ConnectionClosed
 
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
-from pipelines.codec import encode_message
-from pipelines.dead_letters import DeadLetterReason, reason_for
+from pipelines.dead_letters.reasons import DeadLetterReason, reason_for
 from pipelines.errors import PipelinesError
-from pipelines.outcome import outcome_of
+from pipelines.handling.outcome import outcome_of
+from pipelines.handling.proxy import exception_of, message_of
+from pipelines.wire.codec import encode_message
 
 if TYPE_CHECKING:
-    from pipelines.broker.rabbitmq.broker import ExchangeBroker
+    from pipelines.broker.rabbitmq.dead_letter_marks import DeadLetterMarks
+    from pipelines.wire.topology import Topology
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +40,22 @@ SETTLED_FIRST_PAUSE_S = 0.5
 SETTLED_MAX_PAUSE_S = 5.0
 
 
+class DeadLetteringBroker(Protocol):
+    """What dead-lettering needs of the broker: where an actor's letters go, and how to put them there."""
+
+    @property
+    def topology(self) -> Topology: ...
+
+    @property
+    def dead_letter_marks(self) -> DeadLetterMarks: ...
+
+    def dead_letter(self, body: bytes, *, message_id: str, reason: DeadLetterReason, queue: str) -> None: ...
+
+
 class DeadLettering:
     """Dead-letters the deliveries of one consumer (see the module docstring)."""
 
-    def __init__(self, *, broker: ExchangeBroker, settlements: Settlements, window: LongRunningWindow) -> None:
+    def __init__(self, *, broker: DeadLetteringBroker, settlements: Settlements, window: LongRunningWindow) -> None:
         self.broker = broker
         self.settlements = settlements
         self.window = window
@@ -87,15 +101,17 @@ class DeadLettering:
 
     def _failed(self, message: Delivery) -> None:
         outcome = outcome_of(message)
-        if outcome.drop:
+        if outcome.settlement.drop:
             logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
             if not message.settled:
                 self.settlements.ack(message.tag)
             return
-        reason = outcome.dead_letter or reason_for(message, reason="rejected", exception=message._exception)
+        reason = outcome.settlement.dead_letter or reason_for(
+            message, reason="rejected", exception=exception_of(message)
+        )
         reason = replace(reason, queue=message.queue, routing_key=message.routing_key)
         try:
-            body = encode_message(message._message)
+            body = encode_message(message_of(message))
         except PipelinesError as e:  # a middleware set an option JSON cannot carry: the body as it came
             logger.warning("Dead-lettering %s as it was received: %s", message.message_id, e)
             body = message.body

@@ -1,7 +1,7 @@
 """The dead-letter queues in RabbitMQ: put letters in with their reason, read, take and purge them.
 
 A letter goes to the namespace's dead-letter exchange, routed by its actor queue to that queue's
-``.dead`` queue, with its :class:`~pipelines.dead_letters.DeadLetterReason` in AMQP headers.
+``.dead`` queue, with its :class:`~pipelines.dead_letters.reasons.DeadLetterReason` in AMQP headers.
 
 Reading must never count against a letter. A quorum queue counts every delivery that goes back to it
 unacknowledged, and drops a message past its delivery limit (RabbitMQ 4.0 sets one of 20 by default;
@@ -26,13 +26,13 @@ from typing import Any
 
 import pika.exceptions
 
-from pipelines import naming
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS, ConfirmPublisher, Outgoing
 from pipelines.broker.rabbitmq.connections import Connections
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.publishing import Publishing
-from pipelines.dead_letters import DeadLetterReason, RawDeadLetter
+from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import PublishError
+from pipelines.wire import naming
 
 #: The most letters one pass reads of a dead-letter queue (one listing, replay or lookup).
 MAX_PASS_LETTERS = 10_000
@@ -52,7 +52,7 @@ class _Listing:
 
 
 class RabbitDeadLetters:
-    """:class:`~pipelines.dead_letters.DeadLetterAdmin` on RabbitMQ (see the module docstring)."""
+    """:class:`~pipelines.dead_letters.reasons.DeadLetterAdmin` on RabbitMQ (see the module docstring)."""
 
     def __init__(
         self, *, connections: Connections, declarer: Declarer, publishing: Publishing, ensure: Callable[[], None]

@@ -17,7 +17,7 @@ import pika.exceptions
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connections import Connections
 from pipelines.errors import TopologyMismatch
-from pipelines.topology import Topology
+from pipelines.wire.topology import Topology
 
 #: AMQP reply code of a declaration that contradicts what exists.
 PRECONDITION_FAILED = 406

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import dramatiq
 
-from pipelines.outcome import outcome_of
-
-if TYPE_CHECKING:
-    from pipelines.broker.rabbitmq.consuming import GroupConsumer
+from pipelines.handling.outcome import outcome_of
+from pipelines.handling.proxy import DeliveredMessage
 
 
-class Delivery(dramatiq.broker.MessageProxy):
+class Settler(Protocol):
+    """The consumer a delivery came from, which alone can settle it (its tag is valid on its channel)."""
+
+    def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None: ...
+
+    def acknowledge_early(self, message: Delivery) -> None: ...
+
+
+class Delivery(DeliveredMessage):
     """A message as one consumer received it: its delivery tag is only valid on that consumer's channel."""
 
     def __init__(
@@ -21,7 +28,7 @@ class Delivery(dramatiq.broker.MessageProxy):
         *,
         tag: int,
         redelivered: bool,
-        consumer: GroupConsumer,
+        consumer: Settler,
         queue: str,
         routing_key: str,
         delivery_count: int,

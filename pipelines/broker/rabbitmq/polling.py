@@ -13,7 +13,7 @@ refused by quorum queues. Its idle cost is one passive declaration per queue per
 (2 requests per second per long-running queue per worker process).
 
 Read this way, a long-running queue has no consumer in RabbitMQ's eyes; so the consumer also
-subscribes to the queue's readers queue (:func:`~pipelines.naming.readers_queue`), which holds
+subscribes to the queue's readers queue (:func:`~pipelines.wire.naming.readers_queue`), which holds
 nothing (``x-max-length`` 0) and expires a minute after its last reader is gone: its consumers are
 the workers reading the queue (``pipelines queues`` and ``pipelines topology`` count them).
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from pipelines.broker.rabbitmq.window import LongRunningWindow
-from pipelines.naming import readers_queue
+from pipelines.wire.naming import readers_queue
 
 #: Longest a long-running message waits in its queue while a slot is free, in seconds.
 POLL_INTERVAL_S = 0.5

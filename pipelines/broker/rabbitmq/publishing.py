@@ -21,9 +21,9 @@ from pipelines.broker.rabbitmq.confirms import BatchInterrupted, Outgoing, Refus
 from pipelines.broker.rabbitmq.connections import Connections
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.errors import BrokerUnavailable, PublishError, QueueFull, Unroutable
-from pipelines.group_commit import GroupCommit
-from pipelines.routing import topic_matches
-from pipelines.topology import Topology
+from pipelines.store.group_commit import GroupCommit
+from pipelines.wire.routing import topic_matches
+from pipelines.wire.topology import Topology
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import psycopg
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
-from pipelines.outcome import outcome_of
+from pipelines.handling.outcome import outcome_of
 from tests.backends import AMQP_URL, POSTGRES_URL
 
 #: Options in which a copy of a message carries what its actor did, for its delivery to record.

@@ -1,7 +1,7 @@
 """The dead-letter administration every broker implements (``DeadLetterAdmin``), run on each of them.
 
 A new broker joins by being one more broker kind (``tests/backends.py``): these tests say what
-``pipelines.dlq`` relies on.
+``pipelines.dead_letters.queues`` relies on.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import dramatiq
 import pytest
 
-from pipelines import naming
 from pipelines.app import App
-from pipelines.codec import encode_message
-from pipelines.dead_letters import DeadLetterAdmin, DeadLetterReason, RawDeadLetter
+from pipelines.dead_letters.reasons import DeadLetterAdmin, DeadLetterReason, RawDeadLetter
+from pipelines.wire import naming
+from pipelines.wire.codec import encode_message
 from tests.backends import on_each_broker
 from tests.fixtures import MakeApp
 

@@ -17,7 +17,7 @@ from dramatiq.middleware import CurrentMessage
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq.delivery import Delivery
-from pipelines.naming import readers_queue
+from pipelines.wire.naming import readers_queue
 from tests.backends import only_on
 from tests.fixtures import MakeApp, StartWorker
 

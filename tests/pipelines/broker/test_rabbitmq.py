@@ -16,7 +16,7 @@ import pytest
 from pipelines import chain, step
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
-from pipelines.config import Settings
+from pipelines.config.settings import Settings
 from pipelines.errors import BrokerUnavailable, MessageTooLarge, StoreUnavailable
 from tests import housekeeping
 from tests.backends import Backend, only_on

@@ -9,7 +9,7 @@ import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
 from pipelines.broker.common import TopologyCache
-from pipelines.config import BrokerConfig
+from pipelines.config.sections import BrokerConfig
 
 
 class DeclaredDuringBuild(Mapping[str, "dramatiq.Actor[Any, Any]"]):

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pipelines.config import StoreConfig
-from pipelines.naming import run_id_for_key
+from pipelines.config.sections import StoreConfig
 from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
+from pipelines.wire.naming import run_id_for_key
 from tests.backends import STORE_KINDS
 from tests.housekeeping import fresh_namespace
 

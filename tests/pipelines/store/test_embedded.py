@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from pipelines.config import StoreConfig
-from pipelines.plan import Frame
+from pipelines.config.sections import StoreConfig
 from pipelines.store import EMBEDDED_URL, NewRun, RedisRunStore, embedded_store, make_store
+from pipelines.wire.steps import Frame
 
 NewChord = Callable[..., NewRun]
 
@@ -66,7 +66,7 @@ def test_each_embedded_store_has_a_server_of_its_own(new_chord: NewChord, store_
 def test_a_process_on_a_real_redis_never_loads_the_in_process_server() -> None:
     probe = (
         "import sys\n"
-        "from pipelines.config import StoreConfig\n"
+        "from pipelines.config.sections import StoreConfig\n"
         "from pipelines.store import make_store\n"
         f"make_store(StoreConfig(url='redis://127.0.0.1:1/0'), namespace='t-{uuid.uuid4().hex[:6]}')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fakeredis', 'lupa')))\n"

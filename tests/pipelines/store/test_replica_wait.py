@@ -19,12 +19,12 @@ import orjson
 import pytest
 import redis
 
-from pipelines.config import StoreConfig
-from pipelines.naming import run_key
-from pipelines.plan import Frame
+from pipelines.config.sections import StoreConfig
 from pipelines.store import NewRun, RedisRunStore, make_store
 from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.waited_sends import send_waiting
+from pipelines.wire.naming import run_key
+from pipelines.wire.steps import Frame
 from tests.housekeeping import fresh_namespace, start_process, stop_process
 from tests.ports import free_port
 

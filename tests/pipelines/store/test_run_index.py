@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from pipelines.errors import InvalidQuery
-from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, RunStore, embedded_store, index
 from pipelines.store.base import RunQuery
+from pipelines.wire.steps import Frame
 from tests.backends import STORE_KINDS
 from tests.housekeeping import fresh_namespace
 

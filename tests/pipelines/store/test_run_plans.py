@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import orjson
 
-from pipelines.plan import Frame
 from pipelines.store import NewRun, RunStore
+from pipelines.wire.steps import Frame
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000

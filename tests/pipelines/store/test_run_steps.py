@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, RunSteps, RunStore
+from pipelines.wire.steps import Frame
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000

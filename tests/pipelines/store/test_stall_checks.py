@@ -12,9 +12,9 @@ import uuid
 
 import orjson
 
-from pipelines.naming import running_runs_key, stall_sweep_key
-from pipelines.plan import Frame
 from pipelines.store import NewRun, RedisRunStore, RunStore, StallCheck, StalledGroup
+from pipelines.wire.naming import running_runs_key, stall_sweep_key
+from pipelines.wire.steps import Frame
 
 STALLED_AFTER_MS = 60_000
 LEASE_MS = 60_000

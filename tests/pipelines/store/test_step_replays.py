@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipelines.plan import Frame
 from pipelines.store import NewRun, RunStore
+from pipelines.wire.steps import Frame
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from pipelines.naming import run_key
 from pipelines.store import RedisRunStore, StoreLifecycle
 from pipelines.store.scripting import _Failed
+from pipelines.wire.naming import run_key
 from tests.backends import REDIS_URL
 from tests.pipelines.store.conftest import RETENTION_S, NewChord
 

@@ -1,0 +1,54 @@
+"""What happens to a message when a hook that guards a guarantee fails instead of deciding.
+
+Only observability may fail open: a middleware whose class sets ``fails_open = True`` (tracing,
+metrics, the correlation id's log context) has its errors logged and the message goes on. Any other
+``before_process_message`` that raises (a claim, an idempotency key, a payload check, a lease, a
+schedule, Dramatiq's own time limit or age limit, a user's middleware) means the actor does not run:
+the message is put off when the cause is transient (the run store or the broker did not answer, or
+answered an error it gives while loading, failing over or out of memory) and dead-lettered with the
+middleware's name and the error otherwise. An ``after_process_message`` that raises fails a message
+that had not failed yet, so it is dead-lettered with the reason rather than acknowledged as if all
+its bookkeeping had been done.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dramatiq
+
+from pipelines.errors import ServiceUnavailable
+from pipelines.handling.deferral import put_off_while_store_down
+from pipelines.handling.outcome import fail_message
+
+logger = logging.getLogger(__name__)
+
+#: Errors that say "not now" rather than "never": the message is put off, not dead-lettered.
+TRANSIENT: tuple[type[BaseException], ...] = (ServiceUnavailable, TimeoutError, ConnectionError)
+
+
+def fails_open(hook: Any) -> bool:
+    """Whether the middleware of a (bound) hook is observability, whose failures must not stop a message."""
+    return bool(getattr(getattr(hook, "__self__", None), "fails_open", False))
+
+
+def _name(hook: Any) -> str:
+    return type(getattr(hook, "__self__", hook)).__name__
+
+
+def refuse(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, hook: Any, error: Exception) -> None:
+    """A guard's ``before_*`` hook failed: put the message off or fail it (the caller skips it)."""
+    if isinstance(error, TRANSIENT):
+        logger.warning("%s could not decide about %s (%s); putting it off.", _name(hook), message.message_id, error)
+        put_off_while_store_down(broker, message, error)
+        return
+    logger.error("%s failed on %s; dead-lettering it.", _name(hook), message.message_id, exc_info=error)
+    fail_message(message, f"{_name(hook)} failed", error)
+
+
+def after_failed(message: dramatiq.broker.MessageProxy, hook: Any, error: Exception) -> None:
+    """A guard's ``after_*`` hook failed: a message that had not failed yet is failed with the reason."""
+    logger.error("%s failed after %s ran.", _name(hook), message.message_id, exc_info=error)
+    if not message.failed:
+        fail_message(message, f"{_name(hook)} failed", error)

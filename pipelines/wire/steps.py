@@ -1,0 +1,160 @@
+"""Where a step sits in its run, as messages carry it and the run store keeps it.
+
+Each step (leaf) of a compiled plan (``pipelines.flow.plan``) has an id that is its path in the tree
+(``"1.0"`` is the first child of the second child of the root) and the list of its ancestors, nearest
+first, as :class:`Frame` s. That list is all a worker needs to advance the run when the step ends: walk
+up, continue a chain, or count a member in a parallel barrier.
+
+A step's message carries its :class:`StepAddress` (run, step id, frames) in the ``pipeline_step``
+option; this module is the one place that writes and parses that wire format. It imports nothing of
+the composition or the app, so the store, the broker and the middleware can use it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pipelines import options as opt
+from pipelines.wire.codec import MalformedMessage
+
+if TYPE_CHECKING:
+    import dramatiq
+
+#: The id of the root node; every other id extends it.
+ROOT = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """An ancestor of a step: its kind, id, the position of the step's branch in it, and its size."""
+
+    kind: Literal["c", "p"]
+    node: str
+    index: int
+    count: int
+
+    def to_json(self) -> list[Any]:
+        return [self.kind, self.node, self.index, self.count]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Frame:
+        if not isinstance(data, list | tuple) or len(data) != 4:
+            raise ValueError(f"a frame is a list of four items, not {data!r:.100}")
+        kind, node, index, count = data
+        if kind not in ("c", "p"):
+            raise ValueError(f"unknown frame kind {kind!r}")
+        return cls(kind, str(node), int(index), int(count))
+
+
+#: Each thread's last parsed ``pipeline_step`` option and its address (see :meth:`StepAddress.of`).
+_last_parsed = threading.local()
+
+
+class MalformedStepAddress(MalformedMessage):
+    """A message's ``pipeline_step`` option is not a step address; ``option`` names the option."""
+
+    def __init__(self, value: object, why: str) -> None:
+        super().__init__(f"option {opt.STEP!r} is not a step address ({why}): {value!r:.200}")
+        self.option = opt.STEP
+
+
+@dataclass(frozen=True, slots=True)
+class StepAddress:
+    """Where a step message belongs: its run, its step id and its ancestors, nearest first."""
+
+    run_id: str
+    node: str
+    up: tuple[Frame, ...]
+
+    def to_option(self) -> dict[str, Any]:
+        """The value of the ``pipeline_step`` option (JSON)."""
+        return {"run": self.run_id, "node": self.node, "up": [f.to_json() for f in self.up]}
+
+    @classmethod
+    def from_option(cls, value: object) -> StepAddress:
+        """Parse the value of a ``pipeline_step`` option.
+
+        Raises:
+            MalformedStepAddress: It is not ``{"run": str, "node": str, "up": [frame, ...]}``.
+        """
+        if not isinstance(value, dict):
+            raise MalformedStepAddress(value, "not an object")
+        run_id, node, up = value.get("run"), value.get("node"), value.get("up")
+        if not (isinstance(run_id, str) and run_id and isinstance(node, str) and node):
+            raise MalformedStepAddress(value, "'run' and 'node' must be non-empty strings")
+        if not isinstance(up, list):
+            raise MalformedStepAddress(value, "'up' must be a list of frames")
+        try:
+            frames = tuple(map(Frame.from_json, up))
+        except (TypeError, ValueError) as e:
+            raise MalformedStepAddress(value, str(e)) from None
+        return cls(run_id, node, frames)
+
+    @classmethod
+    def of(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:
+        """The address in a message's options, or None for a message that is not a pipeline step.
+
+        Raises:
+            MalformedStepAddress: The option is there but is not a step address.
+        """
+        value = message.options.get(opt.STEP)
+        if value is None:
+            return None
+        # Screening, the leases, the steps' middleware and the log context each read the address of the
+        # message a thread handles: it is parsed once. The cache holds the option's object itself, so an
+        # identity match is the very value parsed (option values are never changed in place).
+        last = _last_parsed.__dict__
+        if last.get("value") is value:
+            address: StepAddress = last["address"]
+            return address
+        address = cls.from_option(value)
+        last["value"], last["address"] = value, address
+        return address
+
+    @classmethod
+    def best_effort(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:
+        """The address for log lines, spans and dead-letter reasons, which must not fail on a bad
+        message: None when the option is missing or malformed."""
+        try:
+            return cls.of(message)
+        except MalformedStepAddress:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """A step of a compiled plan: which actor, with which bound arguments, and where it sits."""
+
+    node: str
+    actor_name: str
+    queue_name: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    options: Mapping[str, Any]
+    up: tuple[Frame, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "actor": self.actor_name,
+            "queue": self.queue_name,
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "options": dict(self.options),
+            "up": [f.to_json() for f in self.up],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Leaf:
+        return cls(
+            node=data["node"],
+            actor_name=data["actor"],
+            queue_name=data["queue"],
+            args=tuple(data["args"]),
+            kwargs=data["kwargs"],
+            options=data["options"],
+            up=tuple(Frame.from_json(f) for f in data["up"]),
+        )
