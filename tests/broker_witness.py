@@ -10,13 +10,16 @@ RabbitMQ, read with its own tools:
   publish before it routes it, so once a test has seen a publish's copies arrive, its trace is there too.
 - **Messages held.** A queue's ready messages from a passive declare, which a quorum queue answers from its
   current state (``rabbitmqctl list_queues`` reports a quorum queue's figures as of its last tick, up to
-  5 s old).
+  5 s old); the unacknowledged ones from the channels that consume the namespace's queues
+  (``rabbitmqctl list_consumers`` and ``list_channels``, both read from the live processes).
 
 The embedded broker is its own witness: it counts the publishes it routes.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,9 +29,19 @@ import pika
 
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker, MemoryBroker
+from tests.housekeeping import rabbitmqctl
 
 #: The exchange RabbitMQ's firehose tracer publishes to, in each virtual host.
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
+
+
+def rabbitmqctl_json(*args: str) -> list[dict[str, Any]]:
+    """The rows ``rabbitmqctl <args>`` prints, read as JSON."""
+    out = subprocess.run(
+        [*rabbitmqctl(), "-q", "--formatter", "json", *args], check=True, capture_output=True, timeout=120
+    )
+    rows: list[dict[str, Any]] = json.loads(out.stdout)
+    return rows
 
 
 def vhost_of(amqp_url: str) -> str:
@@ -132,3 +145,41 @@ def wait_for_ready(amqp_url: str, at_least: Mapping[str, int], timeout_s: float 
             return counts
         assert time.monotonic() < deadline, f"queues never held {dict(at_least)}: {counts}"
         time.sleep(0.05)
+
+
+def unacknowledged(amqp_url: str, namespace: str) -> int:
+    """Messages delivered and not acknowledged yet on the channels that consume the namespace's queues
+    (the same channels listed before and after their counts, or read again)."""
+    vhost = vhost_of(amqp_url)
+
+    def consuming() -> set[str]:
+        rows = rabbitmqctl_json("list_consumers", "-p", vhost, "queue_name", "channel_pid")
+        return {str(row["channel_pid"]) for row in rows if str(row["queue_name"]).startswith(f"{namespace}.")}
+
+    channels = consuming()
+    while True:
+        counts = {
+            str(row["pid"]): int(row["messages_unacknowledged"])
+            for row in rabbitmqctl_json("list_channels", "pid", "messages_unacknowledged")
+        }
+        after = consuming()
+        if after == channels:
+            return sum(counts.get(channel, 0) for channel in channels)
+        channels = after
+
+
+def wait_until_empty(amqp_url: str, namespace: str, queues: Iterable[str], timeout_s: float = 30) -> None:
+    """Return once RabbitMQ holds nothing of the namespace: no message ready in ``queues`` and none
+    delivered unacknowledged to its consumers (whatever it holds may be delivered again: a delivery left
+    unacknowledged past the consumer timeout is); polling, fails after ``timeout_s``."""
+    names = list(queues)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = {queue: count for queue, count in ready(amqp_url, names).items() if count}
+        pending = unacknowledged(amqp_url, namespace)
+        if not held and not pending:
+            return
+        assert time.monotonic() < deadline, (
+            f"RabbitMQ still holds {held or 'no ready message'}, {pending} unacknowledged"
+        )
+        time.sleep(0.1)
