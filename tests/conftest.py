@@ -37,12 +37,15 @@ from pipelines.config.settings import Settings
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 from tests.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
+from tests.broker_witness import PublishCounts, vhost_of
 from tests.fixtures import MakeApp, Observe, Observer, StartWorker
 from tests.housekeeping import (
     ListingUnavailable,
     delete_stale_namespaces,
     delete_test_namespace,
+    delete_vhost,
     fresh_namespace,
+    make_traced_vhost,
     rabbitmqctl,
     stop_leftover_processes,
 )
@@ -223,6 +226,32 @@ def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
             failures.append(e)
     if failures:
         raise failures[0]
+
+
+@pytest.fixture(scope="session")
+def traced_vhost(services: None) -> Iterator[str]:
+    """The AMQP URL of a virtual host of this run with RabbitMQ's firehose tracer on (``rabbitmqctl``),
+    deleted after the run (``tests/broker_witness.py``)."""
+    try:
+        url = make_traced_vhost(AMQP_URL)
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.fail(
+            f"Counting RabbitMQ's publishes needs its rabbitmqctl ({type(e).__name__}: {e}). Set "
+            "PIPELINES_TEST_RABBITMQCTL to it (e.g. `docker compose exec -T rabbitmq rabbitmqctl`).",
+            pytrace=False,
+        )
+    yield url
+    delete_vhost(AMQP_URL, vhost_of(url))
+
+
+@pytest.fixture
+def publishes(backend: Backend, request: pytest.FixtureRequest) -> Iterator[PublishCounts]:
+    """Counts an app's publishes as its broker does: make the app with ``make_app(**publishes.sections)``
+    (on RabbitMQ, in the traced virtual host), then ``publishes(app).count("work")``."""
+    traced = request.getfixturevalue("traced_vhost") if backend.broker == "rabbitmq" else None
+    counts = PublishCounts(traced)
+    yield counts
+    counts.close()
 
 
 @pytest.fixture

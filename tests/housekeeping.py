@@ -4,7 +4,8 @@ that are stopped (with their whole process group) however a test ends.
 A test namespace is ``t-<run start, hex seconds>-<pytest pid, hex>-<random>``. When a run starts it
 deletes the test namespaces of earlier runs that are not running any more (interrupted ones: their
 queues hold RabbitMQ file handles), never its own, never one of a run still going, never a namespace
-of any other shape. Every process a test starts is recorded by pid until it is stopped; a run stops
+of any other shape; a virtual host a run makes (to trace publishes in) is named as a test namespace
+and goes the same way. Every process a test starts is recorded by pid until it is stopped; a run stops
 those an earlier, interrupted run left behind, so none is ever reused or left consuming.
 """
 
@@ -25,7 +26,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pika
 import redis
@@ -77,8 +78,9 @@ class ListingUnavailable(RuntimeError):
 
 
 def listed(kind: str, *, amqp_url: str) -> list[str]:
-    """The names of the broker's queues (``kind`` ``"list_queues"``) or exchanges (``"list_exchanges"``),
-    from its ``rabbitmqctl`` or, when that cannot be run, from its management API.
+    """The names of the broker's queues (``kind`` ``"list_queues"``), exchanges (``"list_exchanges"``) or
+    virtual hosts (``"list_vhosts"``), from its ``rabbitmqctl`` or, when that cannot be run, from its
+    management API.
 
     Raises:
         ListingUnavailable: Neither answered (the message says how to point the suite at one).
@@ -102,16 +104,48 @@ def listed(kind: str, *, amqp_url: str) -> list[str]:
 
 
 def _listed_by_api(api: str, kind: str, amqp_url: str) -> list[str]:
-    """``GET /api/queues/<vhost>`` (or ``exchanges``) with the AMQP URL's user, password and virtual host."""
+    """``GET /api/queues/<vhost>`` (or ``exchanges``; ``vhosts``: all of them) with the AMQP URL's user,
+    password and virtual host."""
     parts = urlsplit(amqp_url)
     vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-    login = f"{unquote(parts.username or 'guest')}:{unquote(parts.password or 'guest')}"
-    request = urllib.request.Request(
-        f"{api}/api/{kind.removeprefix('list_')}/{quote(vhost, safe='')}?columns=name",
-        headers={"Authorization": f"Basic {base64.b64encode(login.encode()).decode()}"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
+    path = "vhosts" if kind == "list_vhosts" else f"{kind.removeprefix('list_')}/{quote(vhost, safe='')}"
+    with urllib.request.urlopen(_api_request(amqp_url, f"{api}/api/{path}?columns=name"), timeout=30) as response:
         return [str(entry["name"]) for entry in json.loads(response.read())]
+
+
+def _api_request(amqp_url: str, url: str, method: str = "GET") -> urllib.request.Request:
+    """A request to the management API with the AMQP URL's user and password."""
+    parts = urlsplit(amqp_url)
+    login = f"{unquote(parts.username or 'guest')}:{unquote(parts.password or 'guest')}"
+    headers = {"Authorization": f"Basic {base64.b64encode(login.encode()).decode()}"}
+    return urllib.request.Request(url, headers=headers, method=method)
+
+
+def make_traced_vhost(amqp_url: str) -> str:
+    """A virtual host of this run (named as a test namespace, so that a run that ends before it deletes it
+    leaves it stale), open to the AMQP URL's user, with RabbitMQ's firehose tracer on; returns the AMQP
+    URL into it. Made with ``rabbitmqctl``."""
+    vhost = fresh_namespace()
+    user = unquote(urlsplit(amqp_url).username or "guest")
+    subprocess.run([*rabbitmqctl(), "-q", "add_vhost", vhost], check=True, capture_output=True, timeout=120)
+    try:
+        for args in (("set_permissions", "-p", vhost, user, ".*", ".*", ".*"), ("trace_on", "-p", vhost)):
+            subprocess.run([*rabbitmqctl(), "-q", *args], check=True, capture_output=True, timeout=120)
+    except BaseException:
+        delete_vhost(amqp_url, vhost)
+        raise
+    return urlunsplit(urlsplit(amqp_url)._replace(path="/" + quote(vhost, safe="")))
+
+
+def delete_vhost(amqp_url: str, vhost: str) -> None:
+    """Delete a virtual host and everything in it, with ``rabbitmqctl`` or, when it cannot be run, the
+    management API."""
+    try:
+        subprocess.run([*rabbitmqctl(), "-q", "delete_vhost", vhost], check=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):  # no rabbitmqctl here: the management API, as for listing
+        url = f"{management_api(amqp_url)}/api/vhosts/{quote(vhost, safe='')}"
+        with urllib.request.urlopen(_api_request(amqp_url, url, "DELETE"), timeout=30):
+            pass
 
 
 def _delete(amqp_url: str, redis_url: str, namespaces: list[str], queues: list[str], exchanges: list[str]) -> None:
@@ -143,13 +177,17 @@ def delete_test_namespace(amqp_url: str, redis_url: str, namespace: str) -> None
 
 
 def delete_stale_namespaces(amqp_url: str, redis_url: str) -> list[str]:
-    """Delete every queue, exchange and Redis key of stale test namespaces; returns the namespaces."""
+    """Delete every queue, exchange, Redis key and virtual host of stale test namespaces; returns the
+    namespaces."""
     queues, exchanges = listed("list_queues", amqp_url=amqp_url), listed("list_exchanges", amqp_url=amqp_url)
     keys = [k.decode() for k in redis.Redis.from_url(redis_url).scan_iter(match="t-*", count=1000)]
     stale = sorted({n.split(".", 1)[0] for n in queues + exchanges} | {k.split(":", 1)[0] for k in keys})
     stale = [namespace for namespace in stale if is_stale(namespace)]
     _delete(amqp_url, redis_url, stale, queues, exchanges)
-    return stale
+    vhosts = [vhost for vhost in listed("list_vhosts", amqp_url=amqp_url) if is_stale(vhost)]
+    for vhost in vhosts:
+        delete_vhost(amqp_url, vhost)
+    return sorted({*stale, *vhosts})
 
 
 def _die_with_the_suite() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pipelines.config.problems import ENV_PREFIX
 from pipelines.config.settings import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.observability.metrics_http import HEALTH_PATH
 from tests.backends import DEFAULT_POSTGRES_URL
+from tests.tools import installed
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TOML = ROOT / "config.toml"
@@ -456,8 +456,7 @@ def test_prometheus_sends_its_alerts_to_the_alertmanager_service(services: dict[
 
 
 def _amtool_check(path: Path) -> subprocess.CompletedProcess[str]:
-    amtool = shutil.which("amtool")
-    assert amtool, "amtool is not installed: run `make tools` (as root it installs Debian's prometheus-alertmanager)."
+    amtool = installed("amtool", "prometheus-alertmanager")
     return subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False)
 
 

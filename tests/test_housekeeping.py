@@ -22,6 +22,7 @@ from tests.housekeeping import (
     fresh_namespace,
     is_stale,
     listed,
+    rabbitmqctl,
     start_process,
     stop_leftover_processes,
     stop_process,
@@ -67,13 +68,19 @@ def test_only_the_namespaces_of_earlier_runs_that_ended_are_deleted(services: No
         for namespace in namespaces:
             _declare(namespace)
 
+        for namespace in (earlier, current):  # a virtual host a run traced publishes in
+            subprocess.run([*rabbitmqctl(), "-q", "add_vhost", namespace], check=True, capture_output=True)
+
         deleted = delete_stale_namespaces(AMQP_URL, REDIS_URL)
 
         assert earlier in deleted
         assert _left(namespaces) == [current, other, unstamped]
+        assert [v for v in (earlier, current) if v in listed("list_vhosts", amqp_url=AMQP_URL)] == [current]
     finally:
         for namespace in namespaces:
             _delete(namespace)
+        # The earlier run's, if it is left, goes with the next run's stale namespaces.
+        subprocess.run([*rabbitmqctl(), "-q", "delete_vhost", current], check=False, capture_output=True)
 
 
 def test_a_namespace_of_this_run_or_of_a_run_still_going_is_not_stale() -> None:

@@ -2,7 +2,8 @@
 
 An OTLP/HTTP receiver in this test decodes what the worker exports (protobuf, with the
 ``opentelemetry-proto`` package); the worker's metrics port is scraped like Prometheus does, and
-scraped once by a real Prometheus when one is installed.
+scraped once by a real Prometheus (Debian's prometheus package, which `make tools` installs; the test
+fails without it).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.housekeeping import start_process, stop_process
 from tests.ports import free_port
+from tests.tools import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -182,8 +183,14 @@ def wait_for_scrape(port: int, done: Callable[[dict[str, Any]], bool], log: Path
     raise AssertionError(f"metrics never matched; last scrape: {sorted(last)}\n{log.read_text()[-2000:]}")
 
 
+@pytest.fixture(scope="module")
+def prometheus() -> str:
+    """The prometheus binary; the test fails (never skips) without it."""
+    return installed("prometheus", "prometheus")
+
+
 def test_a_workers_metrics_count_what_happened_on_one_port_for_all_its_processes(
-    namespaces: Callable[[], str], tmp_path: Path
+    namespaces: Callable[[], str], prometheus: str, tmp_path: Path
 ) -> None:
     port = free_port()
     env = environment(
@@ -215,7 +222,7 @@ def test_a_workers_metrics_count_what_happened_on_one_port_for_all_its_processes
             ),
             worker.log,
         )
-        prometheus = query_with_prometheus(port, tmp_path) if shutil.which("prometheus") else None
+        scraped = query_with_prometheus(prometheus, port, tmp_path)
     finally:
         worker.stop()
 
@@ -233,12 +240,11 @@ def test_a_workers_metrics_count_what_happened_on_one_port_for_all_its_processes
     assert metrics["pipelines_messages_in_flight"][charge] == 0
     assert len(metrics["pipelines_queue_depth"]) >= 10
     assert not any(("run_id" in dict(labels) or "message_id" in dict(labels)) for m in metrics.values() for labels in m)
-    if prometheus is not None:
-        assert prometheus == 4
+    assert scraped == 4
 
 
-def query_with_prometheus(port: int, tmp_path: Path) -> float:
-    """Let a real Prometheus scrape the worker once and answer a query."""
+def query_with_prometheus(prometheus: str, port: int, tmp_path: Path) -> float:
+    """Let a real Prometheus (the ``prometheus`` binary) scrape the worker once and answer a query."""
     web = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -247,7 +253,7 @@ def query_with_prometheus(port: int, tmp_path: Path) -> float:
     )
     server = start_process(
         [
-            "prometheus",
+            prometheus,
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{web}",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.tools import installed
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -125,13 +126,7 @@ def _dashboard_exprs() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def promtool() -> str:
     """The promtool binary; the test fails (never skips) without it."""
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail(
-            "promtool is not installed: run `make tools` (as root it installs Debian's prometheus package).",
-            pytrace=False,
-        )
-    return path
+    return installed("promtool", "prometheus")
 
 
 def _promtool(promtool: str, *args: str) -> subprocess.CompletedProcess[str]:

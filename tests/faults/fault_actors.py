@@ -96,15 +96,23 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         time.sleep(WORK_S)
         ledger.append("timeline", user, seq)
 
-    @dramatiq.actor(broker=broker, profile="long_running", lease_s=2, timeout_s=120, max_retries=3)
-    def transcode(video: str, seconds: float) -> str:
-        ledger.executed("transcode", video)
+    def long_job(kind: str, item: str, seconds: float) -> None:
+        """``seconds`` of work, reporting progress every 0.1 s, then its effect."""
+        ledger.executed(kind, item)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            report_progress(1 - (deadline - time.monotonic()) / seconds, video)
+            report_progress(1 - (deadline - time.monotonic()) / seconds, item)
             time.sleep(0.1)
-        ledger.apply("transcode", video)
+        ledger.apply(kind, item)
+
+    @dramatiq.actor(broker=broker, profile="long_running", lease_s=2, timeout_s=120, max_retries=3)
+    def transcode(video: str, seconds: float) -> str:
+        long_job("transcode", video, seconds)
         return video
+
+    @dramatiq.actor(broker=broker, profile="long_running", lease_s=2, timeout_s=120, on_lost="fail")
+    def backup(volume: str, seconds: float) -> None:
+        long_job("backup", volume, seconds)
 
     return {
         "work": work,
@@ -115,4 +123,5 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         "slow": slow,
         "timeline": timeline,
         "transcode": transcode,
+        "backup": backup,
     }

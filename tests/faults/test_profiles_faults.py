@@ -1,4 +1,5 @@
-"""Profiles under faults: ordered partitions and long jobs through worker kills, two schedulers.
+"""Profiles under faults: ordered partitions and long jobs (run again, or failed, by their ``on_lost``)
+through worker kills, two schedulers.
 
 Figures are printed; run with ``-s`` to see them.
 """
@@ -82,6 +83,26 @@ def test_a_long_job_whose_worker_is_killed_runs_again_once_its_lease_lapses(faul
     assert executions == {"movie": 2}
     assert status.steps[0].attempts == 2
     assert fault.app.dead_letters.list() == []
+
+
+def test_a_long_job_with_on_lost_fail_whose_worker_is_killed_is_dead_lettered_and_fails_its_run(fault: Fault) -> None:
+    backup = fault.actors["backup"]
+    run = fault.app.start(step(backup, "vol-1", 60.0))
+    fault.workers.start()
+
+    fault.wait_until(lambda: run.status().steps[0].progress, "the job's first progress report")
+    fault.workers.kill()
+    fault.workers.start()  # the job's watchdog runs on a worker
+    status = run.wait(timeout_s=60)
+
+    [letter] = fault.app.dead_letters.list()
+    print(f"\nlong job with on_lost=fail, lease 2 s, killed: run {status.state}, dead letter {letter.reason.reason!r}")
+    reason = letter.reason
+    assert (reason.reason, reason.error_type, reason.run_id) == ("worker lost", "WorkerLost", run.id)
+    assert (status.state, status.failed_step) == ("failed", "0.0")
+    assert "stopped renewing its lease" in (status.error or "")
+    assert fault.ledger.count("backup", "executions") == {"vol-1": 1}  # not run again
+    assert fault.ledger.count("backup", "effects") == {}
 
 
 def test_two_schedulers_fire_each_tick_once(fault: Fault) -> None:

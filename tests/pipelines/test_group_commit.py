@@ -10,6 +10,51 @@ import pytest
 from pipelines.store import group_commit
 from pipelines.store.group_commit import NOT_DONE, GroupCommit
 
+TIMEOUT_S = 10
+
+
+class Queued:
+    """Counts the threads that wait to be woken (queued behind the commit under way), so that a test
+    awaits them instead of polling the queue."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self._changed = threading.Condition()
+        queued = self
+
+        class Watched(group_commit._Request[object, object]):
+            def __init__(self, item: object) -> None:
+                super().__init__(item)
+                self.woken = _Announcing(self.woken, queued)  # type: ignore[assignment]
+
+        monkeypatch.setattr(group_commit, "_Request", Watched)
+
+    def arrived(self) -> None:
+        with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        """Return once ``count`` threads wait; fail after ``TIMEOUT_S``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.count >= count, TIMEOUT_S):
+                raise AssertionError(f"only {self.count} of {count} threads queued behind the commit")
+
+
+class _Announcing:
+    """A request's lock that tells :class:`Queued` when its thread starts waiting on it."""
+
+    def __init__(self, lock: threading.Lock, queued: Queued) -> None:
+        self._lock = lock
+        self._queued = queued
+
+    def acquire(self) -> bool:
+        self._queued.arrived()
+        return self._lock.acquire()
+
+    def release(self) -> None:
+        self._lock.release()
+
 
 def test_a_lone_caller_commits_its_own_item_at_once() -> None:
     commits: list[list[int]] = []
@@ -24,7 +69,10 @@ def test_a_lone_caller_commits_its_own_item_at_once() -> None:
     assert commits == [[1], [2]]
 
 
-def test_threads_arriving_during_a_commit_share_the_next_one_and_each_gets_its_own_result() -> None:
+def test_threads_arriving_during_a_commit_share_the_next_one_and_each_gets_its_own_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queued = Queued(monkeypatch)
     first_commit_started, release_first = threading.Event(), threading.Event()
     commits: list[list[int]] = []
 
@@ -47,8 +95,7 @@ def test_threads_arriving_during_a_commit_share_the_next_one_and_each_gets_its_o
     others = [threading.Thread(target=submit, args=(item,)) for item in range(1, 6)]
     for thread in others:
         thread.start()
-    while len(together._queued) < 5:  # all five queued behind the commit under way
-        threading.Event().wait(0.001)
+    queued.wait_for(5)  # all five queued behind the commit under way
     release_first.set()
     for thread in [first, *others]:
         thread.join(10)
@@ -59,7 +106,10 @@ def test_threads_arriving_during_a_commit_share_the_next_one_and_each_gets_its_o
     assert len(commits) == 2
 
 
-def test_a_commit_that_raises_raises_in_its_thread_and_the_others_are_told_to_do_theirs_alone() -> None:
+def test_a_commit_that_raises_raises_in_its_thread_and_the_others_are_told_to_do_theirs_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queued = Queued(monkeypatch)
     started, release = threading.Event(), threading.Event()
     calls = 0
 
@@ -87,8 +137,7 @@ def test_a_commit_that_raises_raises_in_its_thread_and_the_others_are_told_to_do
     waiting = [threading.Thread(target=submit, args=(name,)) for name in ("a", "b", "c")]
     for thread in waiting:
         thread.start()
-    while len(together._queued) < 3:
-        threading.Event().wait(0.001)
+    queued.wait_for(3)
     release.set()
     for thread in [blocker, *waiting]:
         thread.join(10)

@@ -8,20 +8,17 @@ from typing import Any
 
 import dramatiq
 import orjson
+import pytest
 
 from pipelines import report_progress, step
-from pipelines.broker import MemoryBroker
-from pipelines.middleware.leases import WATCHDOG, Leases
+from pipelines.app import App
+from pipelines.middleware.leases import WATCHDOG, lease_id_of
 from pipelines.wire.codec import encode_message
 from tests.backends import only_on
+from tests.broker_witness import wait_until_empty
 from tests.fixtures import MakeApp, Observe, StartWorker
 
-memory_only = only_on("memory")
 rabbitmq_only = only_on("rabbitmq")
-
-
-def leases_of(app: Any) -> Leases:
-    return next(m for m in app.broker.middleware if isinstance(m, Leases))
 
 
 def test_progress_shows_in_the_run_and_a_cancel_stops_the_job_at_its_next_report(
@@ -62,54 +59,69 @@ def test_progress_shows_in_the_run_and_a_cancel_stops_the_job_at_its_next_report
     assert run.status().steps[0].state == "skipped"  # not left "running"
 
 
-def test_a_job_whose_worker_died_is_run_again_by_its_watchdog(
+def lapse(app: App, message: dramatiq.Message[Any]) -> None:
+    """What a worker that took ``message`` and died leaves: the job's lease, open and not renewed, and the
+    job's watchdog, due. (A worker killed for real: tests/faults/test_profiles_faults.py.)"""
+    lease_id = lease_id_of(dramatiq.broker.MessageProxy(message))
+    record = orjson.dumps({"message": encode_message(message).decode()}).decode()
+    assert app.store.open_lease(lease_id, holder="dead-worker", lease_ms=-1, record=record)
+    app.broker.enqueue(app.broker.get_actor(WATCHDOG).message(lease_id))
+
+
+def test_a_job_whose_lease_lapsed_is_run_again_by_its_watchdog(
     make_app: MakeApp, start_worker: StartWorker, observe: Observe
 ) -> None:
     app = make_app()
     observer = observe(app)
-    ran: list[int] = []
+    ran: list[str] = []
 
     @dramatiq.actor(broker=app.broker, profile="long_running", lease_s=1, max_retries=2)
     def export(table: str) -> str:
-        ran.append(1)
+        ran.append(table)
         return f"{table}.csv"
 
     start_worker(app)
     run = app.start(step(export, "orders"))
     run.wait(timeout_s=10)
-    # A worker that died mid-job leaves a lease nobody renews; its watchdog finds it lapsed.
     message = export.message("users")
-    record = orjson.dumps({"message": encode_message(message).decode()}).decode()
-    assert app.store.open_lease("lost-1", holder="dead-worker", lease_ms=-1, record=record)
-    app.broker.enqueue(app.broker.get_actor(WATCHDOG).message("lost-1"))
+    lapse(app, message)
     observer.wait_handled("export", 2)
 
-    assert len(ran) == 2
-    assert app.store.take_expired_lease("lost-1").kind == "gone"
+    assert ran == ["orders", "users"]
+    assert app.store.take_expired_lease(lease_id_of(dramatiq.broker.MessageProxy(message))).kind == "gone"
 
 
-@memory_only
-def test_a_lost_job_with_on_lost_fail_is_dead_lettered_and_fails_its_run(make_app: MakeApp) -> None:
+def test_a_job_with_on_lost_fail_whose_lease_lapsed_is_dead_lettered_by_its_watchdog_and_fails_its_run(
+    make_app: MakeApp, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app()
+    ran: list[str] = []
 
-    @dramatiq.actor(broker=app.broker, profile="long_running", on_lost="fail")
-    def backup(volume: str) -> None: ...
+    @dramatiq.actor(broker=app.broker, profile="long_running", on_lost="fail", max_retries=2)  # retries left
+    def backup(volume: str) -> None:
+        ran.append(volume)
 
-    run = app.start(step(backup, "vol-1"))
-    assert isinstance(app.broker, MemoryBroker)
-    [published] = [dramatiq.Message.decode(body) for body in app.broker.queues["long_running"].queue]
-    leases_of(app).recover(app.broker, published)
+    # The run's step, taken before any worker sees it, by a worker that then died.
+    taken: list[dramatiq.Message[Any]] = []
+
+    def take(messages: list[dramatiq.Message[Any]], **_: Any) -> list[dramatiq.Message[Any]]:
+        taken.extend(messages)
+        return messages
+
+    with monkeypatch.context() as patch:
+        patch.setattr(app.broker, "enqueue_many", take)
+        run = app.start(step(backup, "vol-1"))
+    [message] = taken
+    lapse(app, message)
+    start_worker(app)
+    status = run.wait(timeout_s=30)
 
     [letter] = app.dead_letters.list()
-    assert (letter.reason.reason, letter.reason.error_type, letter.reason.run_id) == (
-        "worker lost",
-        "WorkerLost",
-        run.id,
-    )
-    status = run.status()
+    reason = letter.reason
+    assert (reason.reason, reason.error_type, reason.run_id) == ("worker lost", "WorkerLost", run.id)
     assert (status.state, status.failed_step) == ("failed", "0.0")
-    assert status.error
-    assert "stopped renewing its lease" in status.error
+    assert "stopped renewing its lease" in (status.error or "")
+    assert ran == []  # not run again
 
 
 @rabbitmq_only
@@ -133,8 +145,9 @@ def test_a_job_longer_than_the_consumer_timeout_runs_once(
     start_worker(app)
     run = app.start(step(render, "intro"))
     status = run.wait(timeout_s=60)
-    # Two more consumer-timeout checks: a delivery still unacknowledged would be redelivered now.
-    time.sleep(2 * short_consumer_timeout / 1000)
+    # RabbitMQ holds nothing of the job: a delivery of it still unacknowledged, or ready again, would be
+    # delivered (again) after the job.
+    wait_until_empty(app.settings.broker.url, app.settings.namespace, [app.broker.topology.actor_queues["render"]])
 
     print(f"\njob of {job_s:.0f} s with consumer timeout {short_consumer_timeout} ms: {len(runs)} run(s)")
     assert status.state == "succeeded"

@@ -14,6 +14,7 @@ from pipelines.broker import ExchangeBroker
 from pipelines.errors import DefinitionError, InvalidActorOption, TopologyMismatch
 from pipelines.profiles.kinds import partition_for
 from tests.backends import only_on
+from tests.broker_witness import ready
 from tests.fixtures import MakeApp, Observe, StartWorker
 
 memory_only = only_on("memory")
@@ -103,7 +104,7 @@ def test_partitions_are_a_stable_hash_of_the_key() -> None:
     assert len({partition_for(f"user-{n}", 8) for n in range(200)}) == 8
 
 
-@memory_only
+@rabbitmq_only
 def test_a_message_to_an_ordered_actor_is_routed_to_its_keys_partition_and_fan_outs_split_it_off(
     make_app: MakeApp,
 ) -> None:
@@ -111,7 +112,10 @@ def test_a_message_to_an_ordered_actor_is_routed_to_its_keys_partition_and_fan_o
     feed = dramatiq.actor(broker=app.broker, actor_name="feed", profile="ordered", ordering_key="user_id")(
         lambda user_id, event: None
     )
-    dramatiq.actor(broker=app.broker, actor_name="audit")(lambda user_id, event: None)
+    audit = dramatiq.actor(broker=app.broker, actor_name="audit")(lambda user_id, event: None)
+    topology = app.broker.topology
+    partitions = topology.consume_queues["feed"]
+    key_partition = partitions[partition_for("user-1", len(partitions))]
 
     sent = app.broker.enqueue(feed.message("user-1", "joined"))
     shared: dramatiq.Message[Any] = dramatiq.Message(
@@ -128,6 +132,9 @@ def test_a_message_to_an_ordered_actor_is_routed_to_its_keys_partition_and_fan_o
     direct = next(m for m in published if m.actor_name == "feed")
     assert (direct.args, direct.options[opt.PARTITION]) == (("user-1", "joined"), partition_for("user-1", 8))
     assert next(m for m in published if not m.actor_name).options[opt.BRANCHES].keys() == {"audit"}
+    # Where RabbitMQ put them: both in the key's partition, the fan-out's copy for audit in audit's queue.
+    held = ready(app.settings.broker.url, [*partitions, topology.actor_queues[audit.actor_name]])
+    assert held == {**dict.fromkeys(partitions, 0), key_partition: 2, topology.actor_queues["audit"]: 1}
     with pytest.raises(DefinitionError, match=r"Actor 'feed' cannot take these arguments: missing .* 'user_id'"):
         app.broker.enqueue(feed.message_with_options(kwargs={"event": "joined"}))
 
