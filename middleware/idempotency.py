@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +33,7 @@ from pipelines import options as opt
 from pipelines.effects import enter_keyed
 from pipelines.errors import DefinitionError, InvalidActorOption, PublishError, ServiceUnavailable
 from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
+from pipelines.handling.holds import Holds
 from pipelines.handling.outcome import KeyClaim, fail_message, outcome_of
 from pipelines.handling.recording import carry, record_within_lease
 from pipelines.store.roles import KeyClaims
@@ -48,9 +48,10 @@ BUSY_RECHECK_MS = 30_000
 class Idempotency(Middleware):
     """Claims, records and releases idempotency keys (see the module docstring)."""
 
-    def __init__(self, *, store: KeyClaims, lease_s: float, retention_s: int) -> None:
+    def __init__(self, *, store: KeyClaims, holds: Holds, retention_s: int) -> None:
         self.store = store
-        self.lease_ms = int(lease_s * 1000)
+        self.holds = holds
+        self.lease_ms = int(holds.lease_s * 1000)
         self.retention_s = retention_s
         self.duplicates_skipped = 0
 
@@ -104,14 +105,13 @@ class Idempotency(Middleware):
         if key is None:
             return
         holder = uuid.uuid4().hex
-        lease_end = time.monotonic() + self.lease_ms / 1000
         try:
             outcome, wait_ms = self.store.claim_key(key, holder=holder, lease_ms=self.lease_ms)
         except ServiceUnavailable as e:
             put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         if outcome == "run":
-            outcome_of(message).scratch.key_claim = KeyClaim(key, holder, lease_end)
+            outcome_of(message).scratch.key_claim = KeyClaim(key, holder, self.holds.key(key, holder))
             enter_keyed(key)
             return
         if outcome == "done":
@@ -143,6 +143,8 @@ class Idempotency(Middleware):
             return
         enter_keyed(None)
         outcome_of(message).scratch.key_claim = None
+        if claim.hold is not None:
+            self.holds.release(claim.hold)
         if succeeded:
             self._finish(broker, message, claim)
             return
@@ -157,7 +159,7 @@ class Idempotency(Middleware):
         try:
             record_within_lease(
                 lambda: self.store.finish_key(claim.key, retention_s=self.retention_s),
-                lease_end=claim.lease_end,
+                lease_end=claim.hold.lease_end if claim.hold is not None else 0.0,
                 what=f"idempotency key {claim.key!r} done",
             )
         except (ServiceUnavailable, PublishError) as e:

@@ -101,7 +101,11 @@ class Leases(Middleware):
         actor = broker.get_actor(message.actor_name)
         if actor.options.get(opt.PROFILE) != "long_running":
             if address is not None:
-                self._enter(message, progress.Job(self.store, address.run_id, address.node))
+                job = progress.Job(self.store, address.run_id, address.node)
+                hold = outcome_of(message).scratch.step_hold
+                if hold is not None:  # lost when another worker claims the step: its progress report stops it
+                    job.lost = hold.lost
+                self._enter(message, job)
             return
         lease_ms = int(float(actor.options[opt.LEASE]) * 1000)
         lease_id = lease_id_of(message)

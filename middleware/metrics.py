@@ -234,6 +234,9 @@ class Metrics(Middleware):
         """Scheduled ticks of ``job`` that never came (no scheduler ran); see ``middleware.schedules``."""
         self._metric("schedule_missed").labels(job).inc(count)
 
+    def step_lost(self, actor: str) -> None:
+        self._metric("steps_lost").labels(actor).inc()
+
     def chord_released(self, pipeline: str, wait_s: float) -> None:
         self._metric("chord_wait").labels(pipeline).observe(wait_s)
 
@@ -298,6 +301,11 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
         "dead_lettered": counter("pipelines_messages_dead_lettered", "Messages rejected to a dead-letter queue."),
         "duplicates": counter("pipelines_messages_duplicates_skipped", "Duplicates skipped by their key."),
         "dropped": counter("pipelines_messages_dropped", "Fire-and-forget messages dropped after their retries."),
+        "steps_lost": counter(
+            "pipelines_steps_lost",
+            "Step attempts that ended after their lease lapsed and the step was claimed again (not recorded).",
+            ["actor"],
+        ),
         "partition_lag": Histogram(
             "pipelines_partition_lag_seconds",
             "Ordered actors: time from publish to the start of processing, per partition.",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import time
 from typing import Any
 
 import dramatiq
@@ -40,6 +39,7 @@ from pipelines.errors import (
 from pipelines.flow.deadlines import DEADLINE_CHECK, DEADLINE_QUEUE, check_deadline
 from pipelines.flow.runtime import Runtime
 from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
+from pipelines.handling.holds import Hold, Holds
 from pipelines.handling.outcome import fail_message, outcome_of
 from pipelines.handling.proxy import let_go
 from pipelines.handling.recording import carry, record_within_lease
@@ -55,8 +55,6 @@ logger = logging.getLogger(__name__)
 BUSY_RECHECK_MS = 30_000
 
 _in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("in_pipeline_step", default=False)
-#: When (monotonic s) the lease of the step this thread runs lapses.
-_lease_end: contextvars.ContextVar[float] = contextvars.ContextVar("pipeline_step_lease_end", default=0.0)
 
 
 class _StepResultWarning(logging.Filter):
@@ -69,9 +67,10 @@ class _StepResultWarning(logging.Filter):
 class PipelineSteps(Middleware):
     """Claims, completes and fails pipeline steps through the runtime (see the module docstring)."""
 
-    def __init__(self, *, runtime: Runtime, store: StepProgress, system_timeout_s: float) -> None:
+    def __init__(self, *, runtime: Runtime, store: StepProgress, holds: Holds, system_timeout_s: float) -> None:
         self.runtime = runtime
         self.store = store
+        self.holds = holds
         self.system_timeout_s = system_timeout_s
 
     def after_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
@@ -115,7 +114,7 @@ class PipelineSteps(Middleware):
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
-            _lease_end.set(time.monotonic() + self.runtime.lease_ms / 1000)
+            outcome_of(message).scratch.step_hold = self.holds.step(address.run_id, address.node, claim.attempt)
             return
         if claim.kind == "busy":
             put_off(broker, message, min(claim.wait_ms, BUSY_RECHECK_MS), "another worker holds its lease")
@@ -134,6 +133,14 @@ class PipelineSteps(Middleware):
             logger.info("Skipping step %s: run %s is %s.", address.node, address.run_id, claim.run_state)
         raise SkipMessage
 
+    def _release(self, message: dramatiq.broker.MessageProxy) -> Hold | None:
+        """Stop renewing the lease of the step this delivery claimed (if it claimed one)."""
+        scratch = outcome_of(message).scratch
+        hold, scratch.step_hold = scratch.step_hold, None
+        if hold is not None:
+            self.holds.release(hold)
+        return hold
+
     def _redrive(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
         try:
             self.runtime.redrive(pipeline_broker(broker), message, address)
@@ -142,6 +149,7 @@ class PipelineSteps(Middleware):
             fail_message(message, "could not advance the run")
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        self._release(message)
         # A step past its max_age, or whose arguments cannot be opened or validated, never reached its
         # claim (``MaxAge`` and ``Payloads`` come first): its run fails here, naming it, rather than
         # waiting for a step that will never run.
@@ -163,13 +171,15 @@ class PipelineSteps(Middleware):
         if address is None:
             return
         _in_step.set(False)
+        hold = self._release(message)
+        claim = hold.claim if hold is not None else None
         try:
             if isinstance(exception, Cancelled):
                 self.runtime.stopped(address, exception)
             elif exception is not None:
-                self.runtime.fail(message, address, exception, final=message.failed)
+                self.runtime.fail(message, address, exception, final=message.failed, claim=claim)
             else:
-                self._complete(broker, message, address, result)
+                self._complete(broker, message, address, result, hold)
         except (ServiceUnavailable, PublishError):
             if exception is not None and not message.failed:
                 # The retry Backoff scheduled claims the step as its next attempt: nothing is stranded.
@@ -190,18 +200,20 @@ class PipelineSteps(Middleware):
         message: dramatiq.broker.MessageProxy,
         address: StepAddress,
         result: Any,
+        hold: Hold | None,
     ) -> None:
+        claim = hold.claim if hold is not None else None
         try:
             value = self.runtime.result_json(pipeline_broker(broker), message, address, result)
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
-            self.runtime.fail(message, address, e, final=True)
+            self.runtime.fail(message, address, e, final=True, claim=claim)
             fail_message(message, "permanent error", e)
             return
         try:
             record_within_lease(
-                lambda: self.runtime.advance(pipeline_broker(broker), message, address, value),
-                lease_end=_lease_end.get(),
+                lambda: self.runtime.advance(pipeline_broker(broker), message, address, value, claim=claim),
+                lease_end=hold.lease_end if hold is not None else 0.0,
                 what=f"step {address.node} of run {address.run_id}",
             )
         except (ServiceUnavailable, PublishError) as e:

@@ -15,6 +15,7 @@ PipelinesError
 │   ├── MessageTooLarge    its body is over broker.max_message_bytes
 │   └── QueueFull          a queue at its max_length refused it
 ├── ResultTooLarge         a step returned more than store.max_result_bytes
+├── ClaimLost              a step's lease lapsed and another worker claimed it: this attempt's end is not recorded
 ├── MaxAgeExceeded         a message waited past its max_age (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── DeadLetterError        a dead letter cannot be handled as asked
@@ -119,6 +120,11 @@ class InvalidQuery(PipelinesError):
 
 class ResultTooLarge(PipelinesError):
     """A step returned a result larger than ``store.max_result_bytes``."""
+
+
+class ClaimLost(PipelinesError):
+    """A step's attempt lost its claim: its lease lapsed (its worker was frozen or cut off) and another
+    worker claimed the step, whose attempt now decides it. This one's result or failure is not recorded."""
 
 
 class MaxAgeExceeded(PipelinesError):

@@ -14,6 +14,7 @@ from periodiq import PeriodiqMiddleware
 from pipelines.config.settings import Settings
 from pipelines.flow.runtime import Runtime
 from pipelines.flow.stall_sweep import StallSweep
+from pipelines.handling.holds import Holds
 from pipelines.middleware import (
     ActorTimeLimit,
     Backoff,
@@ -97,6 +98,8 @@ def build_middleware(
         runtime.listeners.append(metrics)
         schedules.listeners.append(metrics.ticks_missed)
         observing.append(metrics)
+    # What this process holds while it runs (steps' and keys' leases), renewed by one heartbeat.
+    holds = Holds(store=store, lease_s=settings.store.step_lease_s)
     return [
         Profiles(config=settings.profiles),
         CorrelationId(logging=settings.logging),
@@ -108,12 +111,8 @@ def build_middleware(
         Pipelines(),
         Payloads(sealer=runtime.sealer),
         RateLimits(limiter=RateLimiter(store), grace_ms=slot_grace_ms(settings.broker.delay_tiers_s[0])),
-        Idempotency(
-            store=store,
-            lease_s=settings.store.step_lease_s,
-            retention_s=settings.store.idempotency_retention_s,
-        ),
-        PipelineSteps(runtime=runtime, store=store, system_timeout_s=system_timeout_s),
+        Idempotency(store=store, holds=holds, retention_s=settings.store.idempotency_retention_s),
+        PipelineSteps(runtime=runtime, store=store, holds=holds, system_timeout_s=system_timeout_s),
         StalledRuns(
             sweep=StallSweep(
                 store=store,

@@ -116,9 +116,9 @@ class StoreConfig(_Section):
     url: str = "redis://127.0.0.1:6379/0"
     retention_s: int = Field(default=7 * 86400, ge=60)
     max_result_bytes: int = Field(default=1_048_576, gt=0)
-    step_lease_s: float = Field(default=660.0, gt=0)
+    step_lease_s: float = Field(default=20.0, ge=1)
     idempotency_retention_s: int = Field(default=7 * 86400, ge=1)
-    stalled_run_after_s: float | None = Field(default=None, gt=0)
+    stalled_run_after_s: float = Field(default=1320.0, gt=0)
     stalled_run_redrives: int = Field(default=3, ge=0)
     wait_for_replicas: int = Field(default=0, ge=0, le=16)
     replica_wait_ms: int = Field(default=100, ge=1, le=60_000)
@@ -143,9 +143,8 @@ class StoreConfig(_Section):
     @property
     def stalled_after_s(self) -> float:
         """How long a run no step holds a live lease of, touched by nothing, waits before the stall sweep
-        re-drives it: ``stalled_run_after_s``, else twice ``step_lease_s`` (a lease, and as long again for
-        a copy put off or a retry waiting in the delay queues to come back)."""
-        return self.stalled_run_after_s or 2 * self.step_lease_s
+        re-drives it (``stalled_run_after_s``)."""
+        return self.stalled_run_after_s
 
 
 class RetriesConfig(_Section):

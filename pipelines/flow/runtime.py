@@ -22,6 +22,7 @@ from pipelines.broker.common import PipelineBroker
 from pipelines.composition import Node, shape_name
 from pipelines.context import current_correlation_id, new_correlation_id, worker_id
 from pipelines.errors import (
+    ClaimLost,
     ResultTooLarge,
     ServiceUnavailable,
     error_name,
@@ -54,6 +55,8 @@ class RunListener(Protocol):
     def run_finished(self, pipeline: str, outcome: Literal["succeeded", "failed"], duration_s: float) -> None: ...
 
     def chord_released(self, pipeline: str, wait_s: float) -> None: ...
+
+    def step_lost(self, actor: str) -> None: ...
 
 
 class Runtime:
@@ -284,14 +287,21 @@ class Runtime:
         )
 
     def complete(
-        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
+        self,
+        broker: PipelineBroker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        result: Any,
+        *,
+        claim: int | None = None,
     ) -> Advance:
         """Record a step's result and publish what follows it (:meth:`result_json`, then :meth:`advance`).
 
         Raises:
             ResultTooLarge: The result is over ``store.max_result_bytes`` (nothing is recorded).
         """
-        return self.advance(broker, message, address, self.result_json(broker, message, address, result))
+        value = self.result_json(broker, message, address, result)
+        return self.advance(broker, message, address, value, claim=claim)
 
     def result_json(
         self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, result: Any
@@ -314,19 +324,40 @@ class Runtime:
         return value
 
     def advance(
-        self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress, value_json: str
+        self,
+        broker: PipelineBroker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        value_json: str,
+        *,
+        claim: int | None = None,
     ) -> Advance:
-        """Record a step's result (JSON, from :meth:`result_json`) and publish what follows it.
+        """Record a step's result (JSON, from :meth:`result_json`) and publish what follows it; ``claim``
+        is the claim the attempt ran under (``lost``: it was claimed again since, nothing is recorded).
 
         Raises:
             ServiceUnavailable: The store (or the broker) did not answer.
             PublishError: What follows was not published (the result is recorded: do it again to re-drive).
         """
         advance = self.store.complete_step(
-            address.run_id, address.node, address.up, value_json, trace_parent=self._trace_parent()
+            address.run_id, address.node, address.up, value_json, trace_parent=self._trace_parent(), claim=claim
         )
+        if advance.kind == "lost":
+            self.lost(message, address)
         self._follow(broker, message, address, advance)
         return advance
+
+    def lost(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
+        """An attempt ended after its step was claimed again (its lease had lapsed): its end is not recorded."""
+        logger.warning(
+            "Step %s of run %s was claimed again after its lease lapsed here: this attempt's end of %s is "
+            "not recorded (the other attempt's is).",
+            address.node,
+            address.run_id,
+            message.message_id,
+        )
+        for listener in self.listeners:
+            listener.step_lost(message.actor_name)
 
     def _trace_parent(self) -> str:
         if self.tracer is None:
@@ -377,10 +408,22 @@ class Runtime:
             logger.warning("Could not record that step %s of run %s stopped: %s", address.node, address.run_id, e)
 
     def fail(
-        self, message: dramatiq.broker.MessageProxy, address: StepAddress, error: BaseException, *, final: bool
+        self,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        error: BaseException,
+        *,
+        final: bool,
+        claim: int | None = None,
     ) -> None:
-        """Record a failed attempt; a final one fails the run with ``error`` recorded."""
-        created_at_ms = self.store.fail_step(address.run_id, address.node, f"{error_name(error)}: {error}", final=final)
+        """Record a failed attempt; a final one fails the run with ``error`` recorded. An attempt that lost
+        its ``claim`` records nothing (see :meth:`lost`)."""
+        text = f"{error_name(error)}: {error}"
+        try:
+            created_at_ms = self.store.fail_step(address.run_id, address.node, text, final=final, claim=claim)
+        except ClaimLost:
+            self.lost(message, address)
+            return
         if created_at_ms is not None:
             pipeline = wire_options.pipeline(message.options) or "adhoc"
             for listener in self.listeners:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import dramatiq
 
     from pipelines.dead_letters.reasons import DeadLetterReason
+    from pipelines.handling.holds import Hold
     from pipelines.progress import Job
 
 #: Where a proxy keeps its outcome (in its own ``__dict__``: the proxy forwards unknown names to the message).
@@ -24,12 +25,12 @@ _SLOT = "_pipelines_outcome"
 
 
 class KeyClaim(NamedTuple):
-    """An idempotency key this delivery claimed, the holder token the claim was made with, and when
-    (``time.monotonic()``, s) the claim's lease lapses."""
+    """An idempotency key this delivery claimed, the holder token the claim was made with, and the hold
+    that keeps its lease while the message runs."""
 
     key: str
     holder: str
-    lease_end: float = 0.0
+    hold: Hold | None = None
 
 
 @dataclass(slots=True)
@@ -62,6 +63,8 @@ class Scratch:
     not in its options, so a retry or a replay runs under its actor's limit of that time."""
     job: Job | None = None
     """The running job (``Leases``): its run step, and its lease for a long-running actor."""
+    step_hold: Hold | None = None
+    """The claim of the step it runs and its lease, kept by the process's heartbeat (``PipelineSteps``)."""
     key_claim: KeyClaim | None = None
     """The idempotency key claimed before it ran (``Idempotency``), recorded or released after."""
 

@@ -186,7 +186,7 @@ ReopenKind = Literal["reopened", "done", "stopped", "missing"]
 LeaseOpenKind = Literal["opened", "open", "ended"]
 
 
-AdvanceKind = Literal["start", "waiting", "done", "duplicate", "stopped", "missing"]
+AdvanceKind = Literal["start", "waiting", "done", "duplicate", "stopped", "missing", "lost"]
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,8 @@ class Advance:
 
     ``start``: publish ``leaves_json`` (the steps of ``node``) with ``value_json`` as their input.
     ``waiting``: a parallel barrier still waits on other members. ``done``: the run succeeded with
-    ``value_json``. ``duplicate``/``stopped``/``missing``: nothing to do.
+    ``value_json``. ``duplicate``/``stopped``/``missing``: nothing to do. ``lost``: the attempt had lost
+    its claim (its lease lapsed and the step was claimed again): nothing was recorded.
     """
 
     kind: AdvanceKind
@@ -208,6 +209,17 @@ class Advance:
     """How long that barrier waited between its first and its last member; None when no barrier was released."""
     run_created_at_ms: int | None = None
     """On ``done``: when the run was created."""
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What a worker's renewal of its holds could not renew: ``lost_steps`` were claimed again by a
+    worker that found their lease lapsed, ``ended_steps`` are no longer running (done, or their run
+    ended), ``lost_keys`` lapsed and were claimed again or recorded done."""
+
+    lost_steps: tuple[tuple[str, str], ...] = ()
+    ended_steps: tuple[tuple[str, str], ...] = ()
+    lost_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

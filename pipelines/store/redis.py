@@ -10,7 +10,7 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
 import orjson
@@ -25,6 +25,7 @@ from pipelines.store.base import (
     Claim,
     DeadlineCheck,
     NewRun,
+    Renewal,
     ReopenKind,
     RunPage,
     RunQuery,
@@ -110,6 +111,7 @@ class RedisRunStore(RedisRecords):
         self._reopen = self._scripts.register("reopen")
         self._progress = self._scripts.register("progress")
         self._deadline = self._scripts.register("deadline")
+        self._step_renew = self._scripts.register("step_renew")
         self._stalls = RunStalls(
             client=self._redis,
             scripts=self._scripts,
@@ -184,14 +186,21 @@ class RedisRunStore(RedisRecords):
         return replies.claim(self._run(self._claim, [self._key(run_id)], [node, lease_ms, attempt, worker]))
 
     def complete_step(
-        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
+        self,
+        run_id: str,
+        node: str,
+        up: Sequence[Frame],
+        value_json: str | None,
+        *,
+        trace_parent: str = "",
+        claim: int | None = None,
     ) -> Advance:
         frames = orjson.dumps([f.to_json() for f in up])
-        args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent]
+        args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent, _claim(claim)]
         return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
-        args = [node, error, "1" if final else "0", self._retention_ms]
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
+        args = [node, error, "1" if final else "0", self._retention_ms, _claim(claim)]
         return replies.fail(self._run(self._fail, [self._key(run_id)], args, replicated=True))
 
     def fail_run(self, run_id: str, error: str) -> None:
@@ -265,6 +274,29 @@ class RedisRunStore(RedisRecords):
         args = [node, "" if fraction is None else repr(float(fraction)), text]
         return replies.progress(self._run(self._progress, [self._key(run_id)], args))
 
+    def renew_holds(self, steps: Mapping[tuple[str, str], int], keys: Mapping[str, str], *, lease_ms: int) -> Renewal:
+        step_ids, key_ids = list(steps), list(keys)
+        if not step_ids and not key_ids:
+            return Renewal()
+
+        # One script per hold (each atomic), all in one round trip: they are in different Redis Cluster
+        # slots, which one script may not span.
+        def fill(pipe: Any) -> None:
+            for run_id, node in step_ids:
+                self._scripts.queue(pipe, self._step_renew, [self._key(run_id)], [node, steps[run_id, node], lease_ms])
+            for key in key_ids:
+                self._scripts.queue(pipe, self._key_renew, [self._idempotency_key(key)], [keys[key], lease_ms])
+
+        with self._answering():
+            answers = self._scripts.execute(fill)
+        kinds = [replies.step_renew(answer) for answer in answers[: len(step_ids)]]
+        renewed = [replies.key_renew(answer) for answer in answers[len(step_ids) :]]
+        return Renewal(
+            lost_steps=tuple(step for step, kind in zip(step_ids, kinds, strict=True) if kind == "lost"),
+            ended_steps=tuple(step for step, kind in zip(step_ids, kinds, strict=True) if kind == "ended"),
+            lost_keys=tuple(key for key, kept in zip(key_ids, renewed, strict=True) if not kept),
+        )
+
     def keep_alive(self, run_ids: Collection[str]) -> int:
         return self._stalls.keep_alive(run_ids)
 
@@ -287,3 +319,8 @@ class RedisRunStore(RedisRecords):
             for key in self._redis.scan_iter(match=f"{self._namespace}:*", count=1000):
                 deleted += int(self._redis.delete(key))
         return deleted
+
+
+def _claim(claim: int | None) -> str:
+    """A claim as the scripts take it ('' for none: the call is not fenced)."""
+    return "" if claim is None else str(claim)

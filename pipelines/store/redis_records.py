@@ -46,6 +46,7 @@ class RedisRecords:
         self._tick_sweep = scripts.register("tick_sweep")
         self._reserve = scripts.register("reserve")
         self._rate_take = scripts.register("rate_take")
+        self._key_renew = scripts.register("key_renew")
 
     def _answering(self) -> AbstractContextManager[None]:
         return answering(self._url)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import orjson
 
-from pipelines.errors import InvalidQuery
+from pipelines.errors import ClaimLost, InvalidQuery
 from pipelines.store.base import (
     Advance,
     AdvanceKind,
@@ -96,8 +96,25 @@ def _barrier(released: Any, links: Any, wait_ms: Any) -> tuple[tuple[str, ...], 
 
 
 def fail(reply: Any) -> int | None:
-    """``fail.lua``: the run's creation time (epoch ms) when this failure failed the run, else None."""
-    return int(reply[1]) if int(reply[0]) else None
+    """``fail.lua``: the run's creation time (epoch ms) when this failure failed the run, else None.
+
+    Raises:
+        ClaimLost: The attempt had lost its claim; nothing was recorded.
+    """
+    code = int(reply[0])
+    if code < 0:
+        raise ClaimLost("The step was claimed again after this attempt's lease lapsed; its failure is not recorded.")
+    return int(reply[1]) if code else None
+
+
+def step_renew(reply: Any) -> Literal["renewed", "lost", "ended"]:
+    """``step_renew.lua``: whether a step's lease was renewed, lost to a later claim, or ended."""
+    return "renewed" if int(reply) == 1 else "lost" if int(reply) == 0 else "ended"
+
+
+def key_renew(reply: Any) -> bool:
+    """``key_renew.lua``: whether an idempotency key's claim was renewed."""
+    return bool(int(reply))
 
 
 def finish(reply: Any) -> bool:

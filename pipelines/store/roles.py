@@ -35,6 +35,7 @@ from pipelines.store.base import (
     LeaseCheck,
     LeaseOpenKind,
     NewRun,
+    Renewal,
     ReopenKind,
     RunFeed,
     RunPage,
@@ -76,23 +77,43 @@ class RunSteps(RunStates, Protocol):
         """
 
     def complete_step(
-        self, run_id: str, node: str, up: Sequence[Frame], value_json: str | None, *, trace_parent: str = ""
+        self,
+        run_id: str,
+        node: str,
+        up: Sequence[Frame],
+        value_json: str | None,
+        *,
+        trace_parent: str = "",
+        claim: int | None = None,
     ) -> Advance:
         """Record a step's result and decide what follows, atomically.
 
         ``value_json=None`` re-drives a step that already succeeded: the continuation is returned again
-        only if it never started, so a lost publish is repaired and a duplicate does nothing.
+        only if it never started, so a lost publish is repaired and a duplicate does nothing. ``claim``
+        (the attempt the step was claimed with) fences a late completion: ``lost`` when the step was
+        claimed again since, and nothing is recorded.
         """
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool) -> int | None:
+    def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
         """Record a failed attempt; a final failure fails the run (the first one wins).
 
         Returns:
             When this call failed the run: the run's creation time (epoch ms); else None.
+
+        Raises:
+            ClaimLost: ``claim`` (the attempt the step was claimed with) no longer holds the step.
         """
 
     def fail_run(self, run_id: str, error: str) -> None:
         """Fail a run that could not be started (its first publish failed)."""
+
+
+class Holds(Protocol):
+    """Keeping what a worker holds while it runs: the leases of its steps and its idempotency keys."""
+
+    def renew_holds(self, steps: Mapping[tuple[str, str], int], keys: Mapping[str, str], *, lease_ms: int) -> Renewal:
+        """Renew, in one round trip, the leases of ``steps`` ((run, step) → the claim each runs under)
+        and the claims of ``keys`` (key → holder) for ``lease_ms``; what could not be renewed."""
 
 
 class RunViews(RunStates, Protocol):
@@ -294,6 +315,7 @@ class RunStore(
     RunPlans,
     StepProgress,
     StepReplays,
+    Holds,
     OnceMarks,
     KeyClaims,
     JobLeases,

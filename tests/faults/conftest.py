@@ -25,33 +25,50 @@ TIME_LIMIT_S = 3
 DELIVERY_LIMIT = 2
 
 
-@pytest.fixture
-def fault(services: None, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
-    namespace = fresh_namespace()
+def scenario(namespace: str, log: Path, **sections: dict[str, Any]) -> Fault:
+    """A fault scenario in ``namespace`` with the fault suite's settings, ``sections`` on top (the same
+    for the test's producer app and, as PIPELINES_* variables, for its worker processes)."""
     values: dict[str, Any] = {
         "namespace": namespace,
         "broker": {"url": AMQP_URL, "delivery_limit": DELIVERY_LIMIT},
-        "store": {"url": REDIS_URL, "step_lease_s": LEASE_S},
-        "worker": {"time_limit_s": TIME_LIMIT_S},
+        "store": {"url": REDIS_URL},
         "retries": {"max_retries": 5, "min_backoff_s": 0.05, "max_backoff_s": 0.5},
         "logging": {"format": "text", "level": "WARNING"},
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
-        "PIPELINES_NAMESPACE": namespace,
-        "PIPELINES_BROKER__URL": AMQP_URL,
-        "PIPELINES_BROKER__DELIVERY_LIMIT": str(DELIVERY_LIMIT),
-        "PIPELINES_STORE__URL": REDIS_URL,
-        "PIPELINES_STORE__STEP_LEASE_S": str(LEASE_S),
-        "PIPELINES_WORKER__TIME_LIMIT_S": str(TIME_LIMIT_S),
-        "PIPELINES_RETRIES__MAX_RETRIES": "5",
-        "PIPELINES_RETRIES__MIN_BACKOFF_S": "0.05",
-        "PIPELINES_RETRIES__MAX_BACKOFF_S": "0.5",
-        "PIPELINES_LOGGING__FORMAT": "text",
-        "PIPELINES_LOGGING__LEVEL": "WARNING",
-    }
-    scenario = Fault(Settings.from_values(values), env, tmp_path / "worker.log")
-    yield scenario
-    scenario.workers.stop()
-    scenario.ledger.clear()
-    scenario.app.close()
+    for section, keys in sections.items():
+        values[section] = {**values.get(section, {}), **keys}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {"PIPELINES_NAMESPACE": namespace}
+    for section, keys in values.items():
+        if isinstance(keys, dict):
+            env |= {f"PIPELINES_{section.upper()}__{key.upper()}": str(value) for key, value in keys.items()}
+    return Fault(Settings.from_values(values), env, log)
+
+
+@pytest.fixture
+def fault(services: None, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
+    """A scenario whose leases and time limits are short, so that work a killed worker held is taken
+    over within seconds."""
+    namespace = fresh_namespace()
+    made = scenario(
+        namespace,
+        tmp_path / "worker.log",
+        store={"step_lease_s": LEASE_S},
+        worker={"time_limit_s": TIME_LIMIT_S},
+    )
+    yield made
+    made.workers.stop()
+    made.ledger.clear()
+    made.app.close()
+    delete_namespace(namespace)
+
+
+@pytest.fixture
+def shipped(services: None, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
+    """A scenario with the shipped leases and time limits (only the retries are quicker)."""
+    namespace = fresh_namespace()
+    made = scenario(namespace, tmp_path / "worker.log")
+    yield made
+    made.workers.stop()
+    made.ledger.clear()
+    made.app.close()
     delete_namespace(namespace)

@@ -87,6 +87,14 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         time.sleep(seconds)
         ledger.apply("slow", item)
 
+    @dramatiq.actor(broker=broker, max_retries=5)
+    def hold(tag: str, seconds: float, *received: Any) -> str:
+        """A step that takes ``seconds``; its result names the process that ran it to the end."""
+        ledger.executed("hold", tag)
+        time.sleep(seconds)
+        ledger.apply("hold", tag, str(os.getpid()))
+        return f"{tag}@{os.getpid()}"
+
     @dramatiq.actor(broker=broker)
     def poison() -> None:
         os.kill(os.getpid(), 9)  # crashes its worker every time it is delivered
@@ -121,6 +129,7 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         "gather": gather,
         "poison": poison,
         "slow": slow,
+        "hold": hold,
         "timeline": timeline,
         "transcode": transcode,
         "backup": backup,

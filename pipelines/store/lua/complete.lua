@@ -1,10 +1,10 @@
 -- Record a step's result and decide what follows, in one atomic step.
 -- KEYS[1] run key; ARGV: step id, value json ('' to re-drive), frames json, retention_ms,
---       the step's trace parent ('' if not traced)
+--       the step's trace parent ('' if not traced), the claim the attempt ran under ('' for none)
 -- Frames are the step's ancestors, nearest first: {kind ('c' chain | 'p' parallel), id, index, count}.
 -- Returns {'start', step id, value, leaves json, released, member trace parents, chord wait ms}
 --       | {'waiting'} | {'done', value, created_at, released, member trace parents, chord wait ms}
---       | {'duplicate'} | {'stopped', run_status} | {'missing'}
+--       | {'duplicate'} | {'stopped', run_status} | {'missing'} | {'lost'}
 -- (released is 1 when the step released a barrier; then member trace parents and chord wait describe
 -- the last one it released)
 local run = KEYS[1]
@@ -15,6 +15,9 @@ if not status then return {'missing'} end
 local raw = redis.call('HGET', run .. ':steps', node)
 if not raw then return {'missing'} end
 local step = cjson.decode(raw)
+-- An attempt whose lease lapsed and was claimed again may not complete the step: the later claim's will.
+local claim = tonumber(ARGV[6] or '')
+if claim and (step.n or 0) ~= claim then return {'lost'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local redrive = step.s == 'succeeded'

@@ -1,12 +1,16 @@
 -- Record a failed attempt of a step; a final failure fails the run (the first one wins).
--- KEYS[1] run key; ARGV: step id, error text, final ('1' | '0'), retention_ms
--- Returns {1, created_at} when this failure failed the run, else {0}
+-- KEYS[1] run key; ARGV: step id, error text, final ('1' | '0'), retention_ms,
+--       the claim the attempt ran under ('' for a failure found before any claim)
+-- Returns {1, created_at} when this failure failed the run, {-1} when the attempt had lost its claim
+-- (a later claim holds the step: its failure is not recorded), else {0}
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if not status then return {0} end
 local raw = redis.call('HGET', run .. ':steps', ARGV[1])
 if not raw then return {0} end
 local step = cjson.decode(raw)
+local claim = tonumber(ARGV[5] or '')
+if claim and (step.n or 0) ~= claim then return {-1} end
 if step.s == 'succeeded' then return {0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
