@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 import redis
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import pika
 
 from bench.common import AMQP_URL, BIN, NAMESPACE, PROCESSES, REDIS_URL, THREADS, Worker, base_env
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 class System(Protocol):

@@ -3,12 +3,12 @@
 Integration tests run against the real RabbitMQ, Redis and PostgreSQL (URLs from
 ``PIPELINES_TEST_AMQP_URL``, ``PIPELINES_TEST_REDIS_URL`` and ``PIPELINES_TEST_POSTGRES_URL``, loopback
 by default), each test in a namespace of its own that is
-deleted afterwards (``tests/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
+deleted afterwards (``tests/support/housekeeping.py``: a run also deletes what interrupted earlier runs left, the
 first time a test needs the services; ``PIPELINES_TEST_RABBITMQCTL`` names the broker's ``rabbitmqctl``
 when it is not the one on the PATH, ``PIPELINES_TEST_RABBITMQ_API`` its management API, used when
 ``rabbitmqctl`` cannot be run). Behaviour tests take the ``backend`` parameter: a broker kind and a
-store kind (``tests/backends.py``, the two axes a new backend joins), by default each kind with its
-partner (the embedded broker and store; RabbitMQ and Redis). The fixtures' types are in ``tests/fixtures.py``.
+store kind (``tests/support/backends.py``, the two axes a new backend joins), by default each kind with its
+partner (the embedded broker and store; RabbitMQ and Redis). The fixtures' types are in ``tests/support/fixtures.py``.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from pipelines.broker import ExchangeBroker
 from pipelines.config.settings import Settings
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
-from tests.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
-from tests.broker_witness import PublishCounts, vhost_of
-from tests.fixtures import MakeApp, Observe, Observer, StartWorker
-from tests.housekeeping import (
+from tests.support.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
+from tests.support.broker_witness import PublishCounts, vhost_of
+from tests.support.fixtures import MakeApp, Observe, Observer, StartWorker
+from tests.support.housekeeping import (
     ListingUnavailable,
     delete_stale_namespaces,
     delete_test_namespace,
@@ -49,7 +49,7 @@ from tests.housekeeping import (
     rabbitmqctl,
     stop_leftover_processes,
 )
-from tests.stuck_servers import StuckServer
+from tests.support.stuck_servers import StuckServer
 
 
 def _import_anyio_whole() -> None:
@@ -175,7 +175,8 @@ def namespaces(delete_namespace: Callable[[str], None]) -> Iterator[Callable[[],
 
 @pytest.fixture(params=PAIRED, ids=str)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    """Runs a behaviour test on each pair of ``tests/backends.py``'s ``PAIRED`` (or the pairs it is marked ``on``)."""
+    """Runs a behaviour test on each pair of ``tests/support/backends.py``'s ``PAIRED`` (or the pairs it is
+    marked ``on``)."""
     chosen: Backend = request.param
     if chosen.needs_services:
         request.getfixturevalue("services")

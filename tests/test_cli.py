@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from pipelines.store import RedisRunStore
-from tests.housekeeping import fresh_namespace, start_process, stop_process
-from tests.stuck_servers import StuckServer
+from tests.support.housekeeping import fresh_namespace, start_process, stop_process
+from tests.support.stuck_servers import StuckServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -62,7 +62,7 @@ def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def dramatiq_worker(env: dict[str, str], log: Path, *, threads: int) -> subprocess.Popen[bytes]:
     """`dramatiq actors` (the stock CLI, no extra flags) in the background, writing to ``log``; stop it
-    with :func:`~tests.housekeeping.stop_process`."""
+    with :func:`~tests.support.housekeeping.stop_process`."""
     with log.open("w") as out:
         return start_process(
             [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads)],

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from pipelines.config.problems import ENV_PREFIX
 from pipelines.config.settings import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.observability.metrics_http import HEALTH_PATH
-from tests.backends import DEFAULT_POSTGRES_URL
-from tests.tools import installed
+from tests.support.backends import DEFAULT_POSTGRES_URL
+from tests.support.tools import installed
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_TOML = ROOT / "config.toml"

@@ -12,8 +12,8 @@ import pika
 import pytest
 import redis
 
-from tests.backends import AMQP_URL, REDIS_URL
-from tests.housekeeping import (
+from tests.support.backends import AMQP_URL, REDIS_URL
+from tests.support.housekeeping import (
     REGISTRY,
     RUN_STARTED_S,
     ListingUnavailable,
@@ -27,7 +27,7 @@ from tests.housekeeping import (
     stop_leftover_processes,
     stop_process,
 )
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 def _gone_pid() -> int:
@@ -133,13 +133,13 @@ def test_without_rabbitmqctl_or_management_api_teardown_says_so_and_still_delete
 TESTS = Path(__file__).resolve().parent
 #: Where a process may be started otherwise, and why the helper does not fit there.
 STARTED_OTHERWISE = {
-    "housekeeping.py": "the helper itself",
+    "support/housekeeping.py": "the helper itself",
     "test_housekeeping.py": "this check, whose pattern names what it looks for",
-    "fresh_imports.py": "it forks a child per module to import and waits for every one before it returns",
-    "cluster/harness/local_slot.py": "its guardian must outlive the session: it sweeps the slot when the session dies",
-    "cluster/harness/local_rabbit.py": "cluster nodes in network namespaces, which the slot's sweep kills by namespace",
-    "cluster/harness/local_redis.py": "cluster servers, which the slot's sweep kills by working directory",
-    "cluster/harness/local_sentinel.py": "a primary, its replica and sentinels, which the slot's sweep kills by "
+    "support/fresh_imports.py": "it forks a child per module to import and waits for every one before it returns",
+    "support/cluster/local_slot.py": "its guardian must outlive the session: it sweeps the slot when the session dies",
+    "support/cluster/local_rabbit.py": "cluster nodes in network namespaces, which the slot's sweep kills by namespace",
+    "support/cluster/local_redis.py": "cluster servers, which the slot's sweep kills by working directory",
+    "support/cluster/local_sentinel.py": "a primary, its replica and sentinels, which the slot's sweep kills by "
     "working directory",
 }
 STARTS = re.compile(r"\bPopen\(|\bos\.(fork|spawn\w*|exec\w*)\(|multiprocessing|create_subprocess_exec")
@@ -156,6 +156,6 @@ def test_every_process_a_test_starts_goes_through_the_process_helper() -> None:
         if STARTS.search(line) and not line.lstrip().startswith("#")
     ]
 
-    assert found == [], "start these with tests.housekeeping.start_process (stop with stop_process):\n" + "\n".join(
-        found
+    assert found == [], (
+        "start these with tests.support.housekeeping.start_process (stop with stop_process):\n" + "\n".join(found)
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-RUNNER = Path(__file__).with_name("fresh_imports.py")
+RUNNER = Path(__file__).with_name("support") / "fresh_imports.py"
 
 
 def modules(root: Path, packages: tuple[str, ...]) -> list[str]:

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.cli.top import scrape_counts
 from pipelines.testing import embedded_app
-from tests.ports import free_port
+from tests.support.ports import free_port
 from tests.test_observability_processes import TIMEOUT_S, Worker, environment, pipelines, wait_for_scrape
 
 CHARGE = (("actor", "charge_payment"), ("queue", "orders"))

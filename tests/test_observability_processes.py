@@ -26,9 +26,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.housekeeping import start_process, stop_process
-from tests.ports import free_port
-from tests.tools import installed
+from tests.support.housekeeping import start_process, stop_process
+from tests.support.ports import free_port
+from tests.support.tools import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends import AMQP_URL, REDIS_URL
-from tests.housekeeping import start_process, stop_process
-from tests.wheelhouse import wheelhouse
+from tests.support.backends import AMQP_URL, REDIS_URL
+from tests.support.housekeeping import start_process, stop_process
+from tests.support.wheelhouse import wheelhouse
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120

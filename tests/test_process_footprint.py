@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.backends import REDIS_URL
+from tests.support.backends import REDIS_URL
 
 
 def _loaded_after(code: str) -> set[str]:

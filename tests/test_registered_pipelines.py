@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.housekeeping import fresh_namespace, start_process, stop_process
+from tests.support.housekeeping import fresh_namespace, start_process, stop_process
 
 BIN = Path(sys.executable).parent
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Protocol, TypeVar
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "harness"))  # its modules are imported by name
-
-from local_rabbit import SBIN, RabbitCluster
-from local_redis import LocalRedisCluster
-from local_sentinel import LocalSentinel
-from local_slot import Ownership, Slot, SlotBusyError
+from tests.support.cluster.local_rabbit import SBIN, RabbitCluster
+from tests.support.cluster.local_redis import LocalRedisCluster
+from tests.support.cluster.local_sentinel import LocalSentinel
+from tests.support.cluster.local_slot import Ownership, Slot, SlotBusyError
 
 #: Start-up seconds by cluster and phase, printed at the end of the session.
 STARTUP_TIMINGS: dict[str, dict[str, float]] = {}

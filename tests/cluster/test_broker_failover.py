@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -19,19 +18,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from failover_load import Load, Producer, execution_times, longest_pause, start_worker, stop_worker, wait_for_runs
-from local_rabbit import RabbitCluster, RabbitNode
-from local_slot import wait_for
 
 from pipelines.app import App, build_app
 from pipelines.config.settings import Settings
 from pipelines.store import RedisRunStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"))
-from fail_closed_support import Effects
-
-from tests.backends import POSTGRES_URL
-from tests.housekeeping import fresh_namespace
+from tests.support.backends import POSTGRES_URL
+from tests.support.cluster.failover_load import (
+    Load,
+    Producer,
+    execution_times,
+    longest_pause,
+    start_worker,
+    stop_worker,
+    wait_for_runs,
+)
+from tests.support.cluster.local_rabbit import RabbitCluster, RabbitNode
+from tests.support.cluster.local_slot import wait_for
+from tests.support.fail_closed.fail_closed_support import Effects
+from tests.support.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import dramatiq
 import pytest
-from local_rabbit import RabbitCluster
 
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config.settings import Settings
 from pipelines.errors import TopologyMismatch
-from tests.housekeeping import fresh_namespace
+from tests.support.cluster.local_rabbit import RabbitCluster
+from tests.support.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pika
 import pytest
-from local_rabbit import GLOBAL_HANG, RabbitCluster, RabbitNode
-from local_slot import wait_for
+
+from tests.support.cluster.local_rabbit import GLOBAL_HANG, RabbitCluster, RabbitNode
+from tests.support.cluster.local_slot import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from local_redis import LocalRedisCluster
 from redis.cluster import RedisCluster
 
 from pipelines.store import NewRun, RedisRunStore
 from pipelines.wire.naming import run_key
-from tests.housekeeping import fresh_namespace
+from tests.support.cluster.local_redis import LocalRedisCluster
+from tests.support.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

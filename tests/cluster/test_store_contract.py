@@ -11,11 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from local_redis import LocalRedisCluster
 
 from pipelines.store import NewRun, RedisRunStore
-from tests.backends import STORE_KINDS, StoreKind
-from tests.housekeeping import fresh_namespace
 from tests.pipelines.store.conftest import chord_maker
 from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
@@ -32,6 +29,9 @@ from tests.pipelines.store.test_stall_checks import *  # noqa: F403
 from tests.pipelines.store.test_step_progress import *  # noqa: F403
 from tests.pipelines.store.test_step_replays import *  # noqa: F403
 from tests.pipelines.store.test_store_lifecycle import *  # noqa: F403
+from tests.support.backends import STORE_KINDS, StoreKind
+from tests.support.cluster.local_redis import LocalRedisCluster
+from tests.support.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

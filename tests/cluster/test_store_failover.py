@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import uuid
 from collections import Counter
@@ -26,21 +25,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from failover_load import Load, Producer, execution_times, longest_pause, start_worker, stop_worker, wait_for_runs
-from local_redis import LocalRedisCluster
-from local_sentinel import LocalSentinel
-from local_slot import wait_for
 
 from pipelines.app import build_app
 from pipelines.config.settings import Settings
 from pipelines.runs import Run
 from pipelines.store import RedisRunStore
 from pipelines.wire.naming import run_key
-from tests.backends import AMQP_URL, POSTGRES_URL, TEST_DELAY_TIERS_S
-from tests.housekeeping import fresh_namespace
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fail_closed" / "helpers"))
-from fail_closed_support import Effects
+from tests.support.backends import AMQP_URL, POSTGRES_URL, TEST_DELAY_TIERS_S
+from tests.support.cluster.failover_load import (
+    Load,
+    Producer,
+    execution_times,
+    longest_pause,
+    start_worker,
+    stop_worker,
+    wait_for_runs,
+)
+from tests.support.cluster.local_redis import LocalRedisCluster
+from tests.support.cluster.local_sentinel import LocalSentinel
+from tests.support.cluster.local_slot import wait_for
+from tests.support.fail_closed.fail_closed_support import Effects
+from tests.support.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

@@ -12,13 +12,9 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from local_sentinel import LocalSentinel
-from local_slot import wait_for
 
 from pipelines.errors import StoreUnavailable
 from pipelines.store import NewRun, RedisRunStore
-from tests.backends import STORE_KINDS, StoreKind
-from tests.housekeeping import fresh_namespace
 from tests.pipelines.store.conftest import chord_maker
 from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
@@ -35,6 +31,10 @@ from tests.pipelines.store.test_stall_checks import *  # noqa: F403
 from tests.pipelines.store.test_step_progress import *  # noqa: F403
 from tests.pipelines.store.test_step_replays import *  # noqa: F403
 from tests.pipelines.store.test_store_lifecycle import *  # noqa: F403
+from tests.support.backends import STORE_KINDS, StoreKind
+from tests.support.cluster.local_sentinel import LocalSentinel
+from tests.support.cluster.local_slot import wait_for
+from tests.support.housekeeping import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

@@ -36,8 +36,8 @@ from pipelines.middleware import Metrics
 from pipelines.observability.metrics_http import serve_http
 from pipelines.store import RedisRunStore
 from pipelines.testing import boot
-from tests.housekeeping import fresh_namespace
-from tests.ports import free_port
+from tests.support.housekeeping import fresh_namespace
+from tests.support.ports import free_port
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

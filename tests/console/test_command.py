@@ -15,8 +15,8 @@ import pytest
 
 import pipelines.current
 from pipelines.cli import main
-from tests.housekeeping import start_process, stop_process
-from tests.ports import free_port
+from tests.support.housekeeping import start_process, stop_process
+from tests.support.ports import free_port
 
 CONFIG = """
 namespace = "console-command"

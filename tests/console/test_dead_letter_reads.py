@@ -21,10 +21,10 @@ from pipelines.broker import ExchangeBroker
 from pipelines.dead_letters.reasons import DeadLetterReason
 from pipelines.wire.codec import encode_message
 from pipelines.wire.naming import dead_letter_queue
-from tests.backends import only_on
 from tests.console.conftest import served_console
-from tests.fixtures import MakeApp
-from tests.housekeeping import rabbitmqctl
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp
+from tests.support.housekeeping import rabbitmqctl
 from tests.test_cli import environment, pipelines
 
 pytestmark = only_on("rabbitmq")

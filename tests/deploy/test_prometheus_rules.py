@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.tools import installed
+from tests.support.tools import installed
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"

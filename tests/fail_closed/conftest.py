@@ -9,20 +9,14 @@ each broker kind with its partner store).
 from __future__ import annotations
 
 import logging
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from pipelines.app import App
-from tests.backends import BROKER_KINDS, Backend, paired
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))  # the helpers, by name (as tests/cluster does)
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "faults"))  # and the fault suite's TCP proxy
-
-from fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
+from tests.support.backends import BROKER_KINDS, Backend, paired
+from tests.support.fail_closed.fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 
 
 @pytest.fixture

@@ -12,13 +12,13 @@ from typing import Any
 
 import dramatiq
 import pytest
-from fail_closed_support import ConsumerRestarts, dead_letters_by_id, wait_until
 
 from pipelines.app import App
 from pipelines.broker.rabbitmq import consuming
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.errors import BrokerUnavailable
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fail_closed.fail_closed_support import ConsumerRestarts, dead_letters_by_id, wait_until
+from tests.support.fixtures import MakeApp, StartWorker
 
 SETTLE_S = 30
 

@@ -17,12 +17,12 @@ from urllib.parse import urlsplit
 
 import dramatiq
 import pytest
-from fail_closed_support import dead_letters_by_id, wait_until
-from tcp_proxy import TcpProxy
 
 from pipelines.broker import ExchangeBroker
-from tests.backends import AMQP_URL
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.backends import AMQP_URL
+from tests.support.fail_closed.fail_closed_support import dead_letters_by_id, wait_until
+from tests.support.faults.tcp_proxy import TcpProxy
+from tests.support.fixtures import MakeApp, StartWorker
 
 SETTLE_S = 30
 

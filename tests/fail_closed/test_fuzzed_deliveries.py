@@ -18,12 +18,19 @@ from typing import Any
 
 import orjson
 import pytest
-from fail_closed_support import ConsumerRestarts, Ledger, RawPublisher, body, dead_letters_by_id, declare_sink
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.app import App
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fail_closed.fail_closed_support import (
+    ConsumerRestarts,
+    Ledger,
+    RawPublisher,
+    body,
+    dead_letters_by_id,
+    declare_sink,
+)
+from tests.support.fixtures import MakeApp, StartWorker
 
 EXAMPLES = int(os.environ.get("FC_FUZZ_EXAMPLES", "25"))
 SETTLE_S = 15

@@ -11,10 +11,18 @@ import os
 from collections.abc import Callable
 
 import pytest
-from fail_closed_support import CORPUS, ConsumerRestarts, Ledger, RawPublisher, body, dead_letters_by_id, declare_sink
 
 from pipelines.app import App
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fail_closed.fail_closed_support import (
+    CORPUS,
+    ConsumerRestarts,
+    Ledger,
+    RawPublisher,
+    body,
+    dead_letters_by_id,
+    declare_sink,
+)
+from tests.support.fixtures import MakeApp, StartWorker
 
 #: Longest the corpus may take to settle, in seconds (the old consumer needed minutes: FC_SETTLE_S=120).
 SETTLE_S = float(os.environ.get("FC_SETTLE_S", "30"))

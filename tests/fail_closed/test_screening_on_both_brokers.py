@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from fail_closed_support import CORPUS, RawPublisher, body, declare_sink, wait_until
 
 from pipelines.app import App
 from pipelines.broker import MemoryBroker
-from tests.backends import Backend
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.backends import Backend
+from tests.support.fail_closed.fail_closed_support import CORPUS, RawPublisher, body, declare_sink, wait_until
+from tests.support.fixtures import MakeApp, StartWorker
 
 SETTLE_S = 20
 both_brokers = pytest.mark.parametrize("backend", ["memory", "rabbitmq"], indirect=True)

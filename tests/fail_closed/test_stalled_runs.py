@@ -22,8 +22,6 @@ from contextlib import closing
 import dramatiq
 import pika
 import pytest
-from fail_closed_support import Effects
-from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 
 import pipelines
 from pipelines import chain, step
@@ -32,8 +30,10 @@ from pipelines.dead_letters.reasons import DeadLetterReason, now_iso
 from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS
 from pipelines.store import RedisRunStore, RunStatus
 from pipelines.wire import naming
-from tests.backends import AMQP_URL
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.backends import AMQP_URL
+from tests.support.fail_closed.fail_closed_support import Effects
+from tests.support.fail_closed.redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
+from tests.support.fixtures import MakeApp, StartWorker
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 LEASE_S = 2

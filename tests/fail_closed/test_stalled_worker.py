@@ -22,16 +22,15 @@ from pathlib import Path
 
 import dramatiq
 import pytest
-from fail_closed_support import Effects
 
 from pipelines import chain, step
 from pipelines.app import build_app
 from pipelines.config.settings import Settings
-from tests.backends import POSTGRES_URL
-from tests.housekeeping import fresh_namespace, start_process, stop_process
+from tests.support.backends import POSTGRES_URL
+from tests.support.fail_closed.fail_closed_support import Effects
+from tests.support.housekeeping import fresh_namespace, start_process, stop_process
 
-HELPERS = Path(__file__).resolve().parent / "helpers"
-ROOT = HELPERS.parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 TIME_LIMIT_S = 3
@@ -94,7 +93,12 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
         with log.open("ab") as out:
             worker = start_process(
                 [
-                    *(str(Path(sys.executable).parent / "dramatiq"), "stall_worker", "--path", str(HELPERS)),
+                    *(
+                        str(Path(sys.executable).parent / "dramatiq"),
+                        "tests.support.fail_closed.stall_worker",
+                        "--path",
+                        str(ROOT),
+                    ),
                     *("--processes", "1", "--threads", "8"),
                 ],
                 env=env,

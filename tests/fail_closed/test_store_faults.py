@@ -22,13 +22,13 @@ from typing import Any
 import dramatiq
 import pytest
 import redis
-from fail_closed_support import Effects, Ledger
-from redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 
 from pipelines import chain, step
 from pipelines.app import App
 from pipelines.errors import RunTimeout, StoreUnavailable
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fail_closed.fail_closed_support import Effects, Ledger
+from tests.support.fail_closed.redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
+from tests.support.fixtures import MakeApp, StartWorker
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10

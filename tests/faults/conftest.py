@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,13 +10,11 @@ from typing import Any
 import pytest
 
 from pipelines.config.settings import Settings
-from tests.backends import AMQP_URL, REDIS_URL
-from tests.housekeeping import fresh_namespace
+from tests.support.backends import AMQP_URL, REDIS_URL
 
 # The worker imports this suite's modules by name; so does the producer.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fault_scenario import Fault
+from tests.support.faults.fault_scenario import Fault
+from tests.support.housekeeping import fresh_namespace
 
 #: Leases short enough that work held by a killed worker is taken over within seconds.
 LEASE_S = 4

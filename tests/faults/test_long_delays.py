@@ -14,9 +14,9 @@ import dramatiq
 import pytest
 
 from pipelines.broker import ExchangeBroker
-from tests.backends import only_on
-from tests.broker_witness import wait_until_empty
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import only_on
+from tests.support.broker_witness import wait_until_empty
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 DELAY_MS = 6500
 

@@ -38,14 +38,12 @@ from pipelines import step
 from pipelines.app import App, build_app
 from pipelines.broker.rabbitmq import ExchangeBroker
 from pipelines.config.settings import Settings
-from tests.housekeeping import fresh_namespace, start_process, stop_process
+from tests.support.housekeeping import fresh_namespace, start_process, stop_process
 
-FAULTS = Path(__file__).resolve().parent
-ROOT = FAULTS.parents[1]
-sys.path.insert(0, str(FAULTS))  # the workers import these modules by name
+ROOT = Path(__file__).resolve().parents[2]
 
-from backlog_worker import declare  # noqa: E402
-from own_rabbit import OwnRabbit  # noqa: E402
+from tests.support.faults.backlog_worker import declare  # noqa: E402
+from tests.support.faults.own_rabbit import OwnRabbit  # noqa: E402
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CONSUMER_TIMEOUT_S = int(os.environ.get("BACKLOG_CONSUMER_TIMEOUT_S", "4"))
@@ -101,7 +99,12 @@ class Backlog:
         with self.log.open("ab") as log:
             process = start_process(
                 [
-                    *(str(Path(sys.executable).parent / "dramatiq"), "backlog_worker", "--path", str(FAULTS)),
+                    *(
+                        str(Path(sys.executable).parent / "dramatiq"),
+                        "tests.support.faults.backlog_worker",
+                        "--path",
+                        str(ROOT),
+                    ),
                     *("--queues", queue, "--processes", str(processes), "--threads", str(threads)),
                 ],
                 env=self.env,

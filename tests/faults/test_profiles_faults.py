@@ -10,12 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fault_scenario import Fault
-
 from pipelines import step
-from tests.housekeeping import start_process, stop_process
+from tests.support.faults.fault_scenario import Fault
+from tests.support.housekeeping import start_process, stop_process
 
-FAULTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 5000
 KEYS = 50
 KILLS = 3
@@ -107,7 +106,7 @@ def test_a_long_job_with_on_lost_fail_whose_worker_is_killed_is_dead_lettered_an
 
 def test_two_schedulers_fire_each_tick_once(fault: Fault) -> None:
     fault.workers.start(module="sched_worker")
-    command = [str(Path(sys.executable).parent / "periodiq"), "sched_worker", "--path", str(FAULTS)]
+    command = [str(Path(sys.executable).parent / "periodiq"), "tests.support.faults.sched_worker", "--path", str(ROOT)]
     schedulers: list[subprocess.Popen[bytes]] = []
     try:
         with fault.log.open("ab") as log:

@@ -11,16 +11,16 @@ from urllib.parse import urlsplit
 import dramatiq
 import pendulum
 import pytest
-from fault_scenario import FAULTS, ROOT, Fault
 from periodiq import cron
-from tcp_proxy import TcpProxy
 
 from pipelines.app import build_app
 from pipelines.cli.scheduler import Scheduler
 from pipelines.config.settings import Settings
 from pipelines.errors import BrokerUnavailable
-from tests.backends import AMQP_URL
-from tests.housekeeping import start_process, stop_process
+from tests.support.backends import AMQP_URL
+from tests.support.faults.fault_scenario import ROOT, Fault
+from tests.support.faults.tcp_proxy import TcpProxy
+from tests.support.housekeeping import start_process, stop_process
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -44,7 +44,13 @@ def test_a_scheduler_whose_broker_disappears_and_returns_keeps_running(fault: Fa
         "SCHED_CLOCK_AHEAD": "1",  # its clock starts at second 50: the next tick is seconds away
     }
     log_path = fault.log.with_name("scheduler.log")
-    command = [str(Path(sys.executable).parent / "pipelines"), "scheduler", "sched_clock", "--path", str(FAULTS)]
+    command = [
+        str(Path(sys.executable).parent / "pipelines"),
+        "scheduler",
+        "tests.support.faults.sched_clock",
+        "--path",
+        str(ROOT),
+    ]
     with log_path.open("ab") as log:
         scheduler = start_process(command, env=env, cwd=ROOT, stdout=log, stderr=log)
     try:

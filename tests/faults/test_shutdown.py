@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import time
 
-from fault_scenario import Fault
-
 from pipelines.broker import ExchangeBroker
+from tests.support.faults.fault_scenario import Fault
 
 ITEMS = 1500
 

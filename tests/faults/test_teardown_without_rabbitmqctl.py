@@ -9,13 +9,13 @@ from collections.abc import Iterator
 import dramatiq
 import pika
 import pytest
-from own_rabbit import OwnRabbit
 
 from pipelines.app import build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config.settings import Settings
-from tests.backends import REDIS_URL, TEST_DELAY_TIERS_S
-from tests.housekeeping import delete_test_namespace, fresh_namespace, listed
+from tests.support.backends import REDIS_URL, TEST_DELAY_TIERS_S
+from tests.support.faults.own_rabbit import OwnRabbit
+from tests.support.housekeeping import delete_test_namespace, fresh_namespace, listed
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from typing import Any
 
 import dramatiq
 import pytest
-from fault_scenario import Fault
 
 from pipelines import chain, chord, for_each, step
-from tests.housekeeping import rabbitmqctl
+from tests.support.faults.fault_scenario import Fault
+from tests.support.housekeeping import rabbitmqctl
 
 DELIVERY_LIMIT = 2  # as the fault fixture configures
 

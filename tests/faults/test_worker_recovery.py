@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_scenario import Fault, Workers
 
 from pipelines import chain, chord, group, step
 from pipelines.config.sections import StoreConfig
-from tests.housekeeping import rabbitmqctl
+from tests.support.faults.fault_scenario import Fault, Workers
+from tests.support.housekeeping import rabbitmqctl
 
 #: What a killed worker's step waits for at most: the rest of its lease (``store.step_lease_s``, renewed
 #: each quarter of it while the worker lived), the delay tier the copy put off comes back in, and the

@@ -13,7 +13,7 @@ import pytest
 from pipelines.errors import ConfigError, DefinitionError, InvalidActorOption, PublishError
 from pipelines.middleware import Backoff
 from pipelines.middleware.backoff import import_exceptions
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 
 def backoff(max_retries: int = 5, min_ms: int = 100, max_ms: int = 5000) -> Backoff:

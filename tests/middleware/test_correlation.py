@@ -15,7 +15,7 @@ import pytest
 from pipelines import chain, chord, correlation, current_correlation_id, fan_out, for_each
 from pipelines.context import MessageContext, enter_message, leave_message
 from pipelines.observability import logs as pipeline_logs
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

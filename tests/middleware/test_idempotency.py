@@ -10,8 +10,8 @@ import dramatiq
 
 from pipelines.middleware import Idempotency
 from pipelines.store import RedisRunStore
-from tests.backends import only_on
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

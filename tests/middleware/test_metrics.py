@@ -17,8 +17,8 @@ from pipelines import chain, chord, for_each
 from pipelines.app import App
 from pipelines.config.sections import MetricsConfig
 from pipelines.middleware import Metrics
-from tests.fixtures import MakeApp, Observe, StartWorker
-from tests.ports import free_port
+from tests.support.fixtures import MakeApp, Observe, StartWorker
+from tests.support.ports import free_port
 
 TIMEOUT_S = 30
 

@@ -13,8 +13,8 @@ import pytest
 
 from pipelines.app import App
 from pipelines.errors import InvalidActorOption
-from tests.backends import Backend
-from tests.fixtures import MakeApp, Observe, Observer, StartWorker
+from tests.support.backends import Backend
+from tests.support.fixtures import MakeApp, Observe, Observer, StartWorker
 
 TIMEOUT_S = 30
 

@@ -9,7 +9,7 @@ import dramatiq
 
 from pipelines import check_cancelled, step
 from pipelines.errors import Cancelled
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

@@ -22,8 +22,8 @@ from pipelines.observability.tail_sampling import (
     TailKeeping,
     sampler_for,
 )
-from tests.fixtures import MakeApp, StartWorker
 from tests.middleware.test_tracing import TIMEOUT_S, AwaitedExporter, Traced
+from tests.support.fixtures import MakeApp, StartWorker
 
 NONE_SAMPLED = {"enabled": True, "sample_ratio": 0.0}
 

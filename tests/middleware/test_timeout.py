@@ -11,7 +11,7 @@ import pytest
 from pipelines import chain
 from pipelines.dead_letters.reasons import DeadLetterReason
 from pipelines.middleware import TimeoutTooLong
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from pipelines import chain, chord, fan_out, for_each
 from pipelines.app import App
 from pipelines.middleware import Tracing
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

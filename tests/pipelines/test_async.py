@@ -19,7 +19,7 @@ from pipelines.errors import RunFailed, RunNotFound, RunTimeout
 from pipelines.runs import Run
 from pipelines.store import RedisRunStore
 from pipelines.wire.naming import run_key
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fixtures import MakeApp, StartWorker
 
 TIMEOUT_S = 30
 RUNS = 40

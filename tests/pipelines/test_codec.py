@@ -17,8 +17,8 @@ import pytest
 from pipelines import options as opt
 from pipelines.errors import DefinitionError
 from pipelines.wire.codec import MalformedMessage, decode_message, decode_value, encode_message, encode_value
-from tests.backends import Backend
-from tests.fixtures import MakeApp
+from tests.support.backends import Backend
+from tests.support.fixtures import MakeApp
 
 
 @dataclasses.dataclass

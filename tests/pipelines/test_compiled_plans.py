@@ -11,7 +11,7 @@ from pipelines import chain, step
 from pipelines.errors import DefinitionError, UnknownActor
 from pipelines.flow import plan as plan_module
 from pipelines.flow.compiled_plans import compiled_plan
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fixtures import MakeApp, StartWorker
 
 TIMEOUT_S = 30
 

@@ -13,8 +13,8 @@ import pytest
 from pipelines import CannotReplay, DeadLetterError, DeadLetterNotFound, chain, correlation, step
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
-from tests.backends import Backend, only_on
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import Backend, only_on
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

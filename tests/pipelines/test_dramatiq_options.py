@@ -18,9 +18,9 @@ from dramatiq.results.backends import RedisBackend
 from pipelines import step
 from pipelines.errors import DefinitionError
 from pipelines.wire.option_values import MalformedOption
-from tests.backends import REDIS_URL, only_on
-from tests.fixtures import MakeApp, Observe, StartWorker
-from tests.recording import TIMEOUT_S, Recorded
+from tests.support.backends import REDIS_URL, only_on
+from tests.support.fixtures import MakeApp, Observe, StartWorker
+from tests.support.recording import TIMEOUT_S, Recorded
 
 #: Dramatiq's documented actor options (its default middleware), each with a value it takes.
 DRAMATIQ_ACTOR_OPTIONS: dict[str, Any] = {

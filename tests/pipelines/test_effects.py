@@ -9,7 +9,7 @@ import pytest
 
 import pipelines
 from pipelines import chain, step
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fixtures import MakeApp, StartWorker
 
 
 def test_the_effect_key_is_the_step_the_idempotency_key_or_the_message_id_and_survives_retries(

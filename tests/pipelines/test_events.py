@@ -9,8 +9,8 @@ import dramatiq
 import pytest
 
 from pipelines.errors import DefinitionError, Unroutable
-from tests.broker_witness import PublishCounts
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.broker_witness import PublishCounts
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 
 def test_an_event_with_three_subscribers_reaches_all_three_from_one_publish(

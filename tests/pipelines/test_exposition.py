@@ -20,10 +20,10 @@ from prometheus_client.registry import Collector
 from pipelines.broker import ExchangeBroker
 from pipelines.observability.exposition import GroupSamples, LiveWorkers, QueueDepths
 from pipelines.observability.metrics_http import serve_http
-from tests.backends import only_on
-from tests.fixtures import MakeApp
-from tests.housekeeping import start_process, stop_process
-from tests.ports import free_port
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp
+from tests.support.housekeeping import start_process, stop_process
+from tests.support.ports import free_port
 
 
 class Heads(Collector):

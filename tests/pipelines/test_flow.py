@@ -16,9 +16,9 @@ from pipelines import options as opt
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq.confirms import ConfirmPublisher
 from pipelines.errors import MessageTooLarge, QueueFull
-from tests.backends import only_on
-from tests.fixtures import MakeApp, Observe, StartWorker
 from tests.pipelines.test_rate_limits import busiest_window
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 rabbitmq_only = only_on("rabbitmq")
 

@@ -15,8 +15,8 @@ import dramatiq
 
 from pipelines.app import App
 from pipelines.errors import StoreUnavailable
-from tests.backends import Backend
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import Backend
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 
 class Guard(dramatiq.Middleware):

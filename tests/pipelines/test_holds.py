@@ -10,8 +10,8 @@ import pytest
 from pipelines.config.sections import StoreConfig
 from pipelines.handling.holds import Holds
 from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
-from tests.backends import STORE_KINDS
-from tests.housekeeping import fresh_namespace
+from tests.support.backends import STORE_KINDS
+from tests.support.housekeeping import fresh_namespace
 
 LEASE_S = 2.0
 #: The lease of the first claims, lapsed long before two renewals have passed.

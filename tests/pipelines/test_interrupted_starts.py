@@ -13,7 +13,7 @@ import pytest
 
 from pipelines import chain, for_each
 from pipelines.app import App
-from tests.fixtures import MakeApp
+from tests.support.fixtures import MakeApp
 
 
 def _declare(app: App) -> dramatiq.Actor[Any, Any]:

@@ -14,9 +14,9 @@ from pipelines import report_progress, step
 from pipelines.app import App
 from pipelines.middleware.leases import WATCHDOG, lease_id_of
 from pipelines.wire.codec import encode_message
-from tests.backends import only_on
-from tests.broker_witness import wait_until_empty
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import only_on
+from tests.support.broker_witness import wait_until_empty
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 rabbitmq_only = only_on("rabbitmq")
 

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines import step
 from pipelines.middleware.leases import Leases
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 
 class CountedStop(threading.Event):

@@ -18,8 +18,8 @@ from pipelines.app import App
 from pipelines.errors import InvalidActorOption
 from pipelines.payloads.typed import InvalidArguments, InvalidPayload
 from pipelines.wire.naming import run_key
-from tests.backends import only_on
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 rabbitmq_only = only_on("rabbitmq")
 OLD_KEY, NEW_KEY = Fernet.generate_key().decode(), Fernet.generate_key().decode()

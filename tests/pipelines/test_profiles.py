@@ -13,9 +13,9 @@ from pipelines import options as opt
 from pipelines.broker import ExchangeBroker
 from pipelines.errors import DefinitionError, InvalidActorOption, TopologyMismatch
 from pipelines.profiles.kinds import partition_for
-from tests.backends import only_on
-from tests.broker_witness import ready
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import only_on
+from tests.support.broker_witness import ready
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 memory_only = only_on("memory")
 rabbitmq_only = only_on("rabbitmq")

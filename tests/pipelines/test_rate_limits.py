@@ -12,8 +12,8 @@ import pytest
 from pipelines import step
 from pipelines.broker import ExchangeBroker
 from pipelines.wire.rates import parse_rate
-from tests.backends import only_on
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, StartWorker
 
 rabbitmq_only = only_on("rabbitmq")
 

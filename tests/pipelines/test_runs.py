@@ -1,6 +1,6 @@
 """Pipeline runs end to end: chain, fan-out, chord, nesting, failures, cancel, idempotent starts.
 
-Every test runs on each broker kind with its partner store (``tests/backends.py``); the core ones,
+Every test runs on each broker kind with its partner store (``tests/support/backends.py``); the core ones,
 where the broker's deliveries meet the store's decisions (chains, fan-outs and chords advancing,
 duplicated deliveries, failures, retries, cancels, idempotent starts), run on every broker kind with
 every store kind (``on_every_backend``), so a new kind of either axis is tried against each of the other.
@@ -20,9 +20,9 @@ import pytest
 from pipelines import chain, chord, fan_out, for_each, group, step
 from pipelines.app import App
 from pipelines.errors import DefinitionError, RunFailed, RunNotFound, UnknownActor, UnknownPipeline
-from tests.backends import on_every_backend
-from tests.broker_witness import PublishCounts
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support.backends import on_every_backend
+from tests.support.broker_witness import PublishCounts
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 TIMEOUT_S = 30
 

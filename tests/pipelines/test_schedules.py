@@ -19,8 +19,8 @@ from pipelines.middleware import Metrics
 from pipelines.middleware.schedules import CHECK
 from pipelines.observability.metrics_http import serve_http
 from pipelines.schedules.ticks import current_tick, tick_of, ticks_between
-from tests.fixtures import MakeApp, Observe, StartWorker
-from tests.ports import free_port
+from tests.support.fixtures import MakeApp, Observe, StartWorker
+from tests.support.ports import free_port
 
 MINUTE_MS = 60_000
 #: A day in the past the tests' clock travels to (periodiq, the scheduler and the check read pendulum's).

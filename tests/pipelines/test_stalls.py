@@ -15,7 +15,7 @@ from pipelines.app import App
 from pipelines.middleware import StalledRuns
 from pipelines.store import RedisRunStore
 from pipelines.wire.naming import running_runs_key, stall_sweep_key
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.fixtures import MakeApp, StartWorker
 
 PAN = "340000000000009"
 

@@ -15,9 +15,9 @@ from pipelines.flow.deadlines import DEADLINE_CHECK
 from pipelines.middleware.leases import WATCHDOG
 from pipelines.middleware.schedules import CHECK
 from pipelines.wire.topology import DELAY_TIER_HEADER, ActorRoute, Binding, Exchange, Queue, Topology, build_topology
-from tests.backends import AMQP_URL, TEST_DELAY_TIERS_S, only_on
-from tests.fixtures import MakeApp
-from tests.housekeeping import listed
+from tests.support.backends import AMQP_URL, TEST_DELAY_TIERS_S, only_on
+from tests.support.fixtures import MakeApp
+from tests.support.housekeeping import listed
 
 CHARGE = ActorRoute("charge", "default")
 AUDIT = ActorRoute("audit", "events", ("order.*", "invoice.#"))

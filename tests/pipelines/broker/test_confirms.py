@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.broker.rabbitmq import confirms
 from pipelines.broker.rabbitmq.confirms import ConfirmPublisher, ConfirmTimeout
-from tests.backends import AMQP_URL
+from tests.support.backends import AMQP_URL
 
 
 @pytest.mark.usefixtures("services")

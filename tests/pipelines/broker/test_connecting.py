@@ -8,8 +8,8 @@ import pytest
 from pika.adapters.utils.connection_workflow import AMQPConnectorStackTimeout
 
 from pipelines.broker.rabbitmq.connecting import open_connection
-from tests.backends import AMQP_URL
-from tests.stuck_servers import StuckServer
+from tests.support.backends import AMQP_URL
+from tests.support.stuck_servers import StuckServer
 
 
 def node(port: int) -> pika.URLParameters:

@@ -1,6 +1,6 @@
 """The dead-letter administration every broker implements (``DeadLetterAdmin``), run on each of them.
 
-A new broker joins by being one more broker kind (``tests/backends.py``): these tests say what
+A new broker joins by being one more broker kind (``tests/support/backends.py``): these tests say what
 ``pipelines.dead_letters.queues`` relies on.
 """
 
@@ -15,8 +15,8 @@ from pipelines.app import App
 from pipelines.dead_letters.reasons import DeadLetterAdmin, DeadLetterReason, RawDeadLetter
 from pipelines.wire import naming
 from pipelines.wire.codec import encode_message
-from tests.backends import on_each_broker
-from tests.fixtures import MakeApp
+from tests.support.backends import on_each_broker
+from tests.support.fixtures import MakeApp
 
 pytestmark = on_each_broker
 

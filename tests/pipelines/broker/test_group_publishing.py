@@ -10,9 +10,9 @@ import dramatiq
 import pika
 
 from pipelines.broker import ExchangeBroker
-from tests.backends import only_on
-from tests.broker_witness import PublishCounts, wait_for_ready
-from tests.fixtures import MakeApp
+from tests.support.backends import only_on
+from tests.support.broker_witness import PublishCounts, wait_for_ready
+from tests.support.fixtures import MakeApp
 
 THREADS = 8
 ROUNDS = 5

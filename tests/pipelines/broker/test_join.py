@@ -5,8 +5,8 @@ from __future__ import annotations
 import dramatiq
 
 from pipelines.broker import ExchangeBroker
-from tests.backends import only_on
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, StartWorker
 
 pytestmark = only_on("rabbitmq")
 

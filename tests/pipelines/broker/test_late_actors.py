@@ -13,9 +13,9 @@ import pytest
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.testing import boot
-from tests.backends import only_on
-from tests.fixtures import MakeApp, StartWorker
-from tests.recording import TIMEOUT_S, Recorded
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, StartWorker
+from tests.support.recording import TIMEOUT_S, Recorded
 
 
 def test_an_actor_declared_after_the_worker_started_on_a_queue_name_it_consumes_is_processed(

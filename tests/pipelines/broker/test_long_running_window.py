@@ -18,8 +18,8 @@ from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.wire.naming import readers_queue
-from tests.backends import only_on
-from tests.fixtures import MakeApp, StartWorker
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, StartWorker
 
 pytestmark = only_on("rabbitmq")
 

@@ -18,9 +18,9 @@ from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config.settings import Settings
 from pipelines.errors import BrokerUnavailable, MessageTooLarge, StoreUnavailable
-from tests import housekeeping
-from tests.backends import Backend, only_on
-from tests.fixtures import MakeApp, Observe, StartWorker
+from tests.support import housekeeping
+from tests.support.backends import Backend, only_on
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 
 pytestmark = only_on("rabbitmq")
 

@@ -20,9 +20,9 @@ import pytest
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq import publishing
 from pipelines.errors import PublishError, QueueFull
-from tests.backends import only_on
-from tests.fixtures import MakeApp
-from tests.housekeeping import rabbitmqctl
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp
+from tests.support.housekeeping import rabbitmqctl
 
 SETTLE_S = 30
 

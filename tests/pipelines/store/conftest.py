@@ -1,7 +1,7 @@
 """The store contract's backends and the runs its tests store.
 
 Every test that takes ``store`` runs once per store kind of the suite's store axis,
-``tests/backends.py``'s ``STORE_KINDS``: the embedded store (``memory://``, no service) and the real
+``tests/support/backends.py``'s ``STORE_KINDS``: the embedded store (``memory://``, no service) and the real
 Redis. A new backend joins by adding its kind there (and its URL scheme to ``make_store``); the tests
 of every role then run on it.
 """
@@ -16,8 +16,8 @@ import pytest
 from pipelines.config.sections import StoreConfig
 from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
 from pipelines.wire.naming import run_id_for_key
-from tests.backends import STORE_KINDS
-from tests.housekeeping import fresh_namespace
+from tests.support.backends import STORE_KINDS
+from tests.support.housekeeping import fresh_namespace
 
 RETENTION_S = 3600
 

@@ -25,8 +25,8 @@ from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.waited_sends import send_waiting
 from pipelines.wire.naming import run_key
 from pipelines.wire.steps import Frame
-from tests.housekeeping import fresh_namespace, start_process, stop_process
-from tests.ports import free_port
+from tests.support.housekeeping import fresh_namespace, start_process, stop_process
+from tests.support.ports import free_port
 
 NewChord = Callable[..., NewRun]
 #: The wait of a store whose replica is stopped: what it costs is asserted.

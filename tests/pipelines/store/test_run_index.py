@@ -13,8 +13,8 @@ from pipelines.errors import InvalidQuery
 from pipelines.store import NewRun, RedisRunStore, RunStore, embedded_store, index
 from pipelines.store.base import RunQuery
 from pipelines.wire.steps import Frame
-from tests.backends import STORE_KINDS
-from tests.housekeeping import fresh_namespace
+from tests.support.backends import STORE_KINDS
+from tests.support.housekeeping import fresh_namespace
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000

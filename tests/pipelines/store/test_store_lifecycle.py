@@ -13,8 +13,8 @@ import redis
 from pipelines.store import RedisRunStore, StoreLifecycle
 from pipelines.store.scripting import _Failed
 from pipelines.wire.naming import pipeline_runs_key, recent_runs_key, run_key, running_runs_key
-from tests.backends import REDIS_URL
 from tests.pipelines.store.conftest import RETENTION_S, NewChord
+from tests.support.backends import REDIS_URL
 
 
 def test_a_store_answers_a_ping_and_closes_more_than_once(store: StoreLifecycle) -> None:

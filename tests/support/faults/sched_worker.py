@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dramatiq
-from fault_actors import Ledger
 from periodiq import cron
 
 from pipelines.app import configure
 from pipelines.schedules.ticks import current_tick
+from tests.support.faults.fault_actors import Ledger
 
 app = configure()
 broker = app.broker

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fault_actors import declare
-
 from pipelines.app import configure
+from tests.support.faults.fault_actors import declare
 
 app = configure()
 broker = app.broker

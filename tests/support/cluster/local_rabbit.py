@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from local_slot import RABBIT_NODES, Slot, ip, sweep_rabbit, wait_for
+from tests.support.cluster.local_slot import RABBIT_NODES, Slot, ip, sweep_rabbit, wait_for
 
 SBIN = Path("/usr/lib/rabbitmq/bin")
 #: Open files wanted per node (what production packages set); capped at this machine's hard limit.

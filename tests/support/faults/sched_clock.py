@@ -24,6 +24,6 @@ def _now(tz: object = None) -> pendulum.DateTime:
 
 pendulum.now = _now
 
-from sched_worker import app, broker, ledger, minutely  # noqa: E402
+from tests.support.faults.sched_worker import app, broker, ledger, minutely  # noqa: E402
 
 __all__ = ["app", "broker", "ledger", "minutely"]

@@ -10,7 +10,7 @@ import contextlib
 import socket
 import threading
 
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 class TcpProxy:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-from local_slot import REDIS_SERVERS, Slot, sweep_redis, wait_for
 from redis.crc import key_slot
+
+from tests.support.cluster.local_slot import REDIS_SERVERS, Slot, sweep_redis, wait_for
 
 NODE_TIMEOUT_MS = 3000
 START_TIMEOUT_S = 30.0

@@ -1,9 +1,8 @@
 """The types of the suite's shared fixtures (``tests/conftest.py``), for tests to annotate them with.
 
 ``make_app: MakeApp``, ``start_worker: StartWorker`` and ``observe: Observe`` (which attaches an
-:class:`Observer`); ``backend`` is a ``Backend``, of ``tests/backends.py``. The fault suite's ``fault``
-fixture is a ``Fault``, of ``tests/faults/fault_scenario.py`` (imported by name there, as that suite's
-worker imports its modules: it is not importable from here without putting ``tests/faults`` on the path).
+:class:`Observer`); ``backend`` is a ``Backend``, of ``tests/support/backends.py``. The fault suite's
+``fault`` fixture is a ``Fault``, of ``tests/support/faults/fault_scenario.py``.
 """
 
 from __future__ import annotations

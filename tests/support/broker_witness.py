@@ -29,7 +29,7 @@ import pika
 
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker, MemoryBroker
-from tests.housekeeping import rabbitmqctl
+from tests.support.housekeeping import rabbitmqctl
 
 #: The exchange RabbitMQ's firehose tracer publishes to, in each virtual host.
 TRACE_EXCHANGE = "amq.rabbitmq.trace"

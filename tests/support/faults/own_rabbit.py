@@ -1,7 +1,7 @@
 """A RabbitMQ node of a test's own, on loopback on free ports, with server settings the shared node must
 not get (a consumer timeout of seconds).
 
-Started as ``tests/cluster/harness/local_rabbit.py`` starts its nodes, without the network namespaces:
+Started as ``tests/support/cluster/local_rabbit.py`` starts its nodes, without the network namespaces:
 ``rabbitmq-server`` as the ``rabbitmq`` user through ``setpriv`` (no PAM session resetting the open-file
 limit) with ``ulimit -n`` raised, its own environment and config files, its own Erlang cookie, and its
 own directory, removed with the node. Needs root and the Debian package ``rabbitmq-server``.
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.housekeeping import start_process, stop_process
-from tests.ports import free_port
+from tests.support.housekeeping import start_process, stop_process
+from tests.support.ports import free_port
 
 SBIN = Path("/usr/lib/rabbitmq/bin")
 NOFILE_WANTED = 65536

@@ -24,10 +24,9 @@ from pipelines import chain, chord, for_each, step
 from pipelines.app import App
 from pipelines.errors import PipelinesError
 from pipelines.runs import Run
-from tests.housekeeping import start_process, stop_process
+from tests.support.housekeeping import start_process, stop_process
 
-HARNESS = Path(__file__).resolve().parent
-ROOT = HARNESS.parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: Longest a producer keeps trying one publish before the test fails.
 PUBLISH_DEADLINE_S = 90.0
 STEPS = 3
@@ -169,7 +168,12 @@ def start_worker(env: dict[str, str], log: Path, *, threads: int = 8) -> subproc
     with log.open("ab") as out:
         return start_process(
             [
-                *(str(Path(sys.executable).parent / "dramatiq"), "failover_worker", "--path", str(HARNESS)),
+                *(
+                    str(Path(sys.executable).parent / "dramatiq"),
+                    "tests.support.cluster.failover_worker",
+                    "--path",
+                    str(ROOT),
+                ),
                 *("--processes", "1", "--threads", str(threads)),
             ],
             env=env,

@@ -1,7 +1,8 @@
 """One fault scenario (the ``fault`` fixture's type): a producer app, the fault actors, their ledger and
 the `dramatiq` worker processes the test starts, kills and restarts.
 
-Imported by name, as the suite's worker imports its modules (``tests/faults`` is on the path).
+The worker processes import the suite's modules by their qualified names too (``dramatiq
+tests.support.faults.fault_worker`` from the repository's root).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fault_actors import Ledger, declare
-
 from pipelines.app import App, build_app
 from pipelines.config.settings import Settings
-from tests.housekeeping import start_process, stop_process
+from tests.support.faults.fault_actors import Ledger, declare
+from tests.support.housekeeping import start_process, stop_process
 
 FAULTS = Path(__file__).resolve().parent
-ROOT = FAULTS.parents[1]
+ROOT = FAULTS.parents[2]
+#: The package of the modules the worker processes import.
+PACKAGE = "tests.support.faults"
 #: Longest any fault scenario may take to settle.
 SETTLE_TIMEOUT_S = 240
 
@@ -40,7 +42,7 @@ class Workers:
             # Its own process group (so a kill takes the worker processes too), stopped even if the test fails.
             self.process = start_process(
                 [
-                    *(str(Path(sys.executable).parent / "dramatiq"), module, "--path", str(FAULTS)),
+                    *(str(Path(sys.executable).parent / "dramatiq"), f"{PACKAGE}.{module}", "--path", str(ROOT)),
                     *("--processes", "1", "--threads", str(threads), *extra),
                 ],
                 env=self.env,

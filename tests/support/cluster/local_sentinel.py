@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import redis
-from local_slot import Slot, wait_for
+
+from tests.support.cluster.local_slot import Slot, wait_for
 
 #: The name the sentinels know the primary by (the ``/<name>`` of a ``redis+sentinel://`` URL).
 PRIMARY_NAME = "pipelines"

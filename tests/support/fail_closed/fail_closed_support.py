@@ -20,7 +20,7 @@ from pipelines import options as opt
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.handling.outcome import outcome_of
-from tests.backends import AMQP_URL, POSTGRES_URL
+from tests.support.backends import AMQP_URL, POSTGRES_URL
 
 #: Options in which a copy of a message carries what its actor did, for its delivery to record.
 CARRIED = (opt.STEP_RESULT, opt.STEP_FAILURE, opt.KEY_DONE)
