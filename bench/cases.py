@@ -175,6 +175,8 @@ def chains(system: System, log: Path, n: int) -> dict[str, float]:
             worker["confirm_waits"] + system.app.broker.confirm_waits - producer_waits
         ) / steps
         figures["worker_publishes_per_confirm_wait"] = worker["publishes"] / max(worker["confirm_waits"], 1)
+        # A chain's two later steps are hops: each one the worker either published or ran where it was.
+        figures["routed_hop_share"] = worker["publishes"] / (2 * n)
     return figures
 
 

@@ -67,6 +67,7 @@ class Ours:
         sample_ratio: float | None = None,
         name: str | None = None,
         wait_for_replicas: int = 0,
+        local_steps: bool = True,
     ) -> None:
         self.name = name or self.name
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
@@ -86,6 +87,7 @@ class Ours:
                 "PIPELINES_METRICS__PORT": str(free_port()),
                 "PIPELINES_METRICS__MULTIPROCESS_DIR": self.metrics_dir,
                 "PIPELINES_LOGGING__LEVEL": "WARNING",
+                "PIPELINES_WORKER__LOCAL_STEPS": "true" if local_steps else "false",
                 "BENCH_COUNTERS_DIR": str(self.counters_dir),
             }
         )

@@ -234,6 +234,9 @@ class Metrics(Middleware):
         """Scheduled ticks of ``job`` that never came (no scheduler ran); see ``middleware.schedules``."""
         self._metric("schedule_missed").labels(job).inc(count)
 
+    def step_hopped(self, actor: str, *, local: bool) -> None:
+        self._metric("hops").labels(actor, "local" if local else "routed").inc()
+
     def step_lost(self, actor: str) -> None:
         self._metric("steps_lost").labels(actor).inc()
 
@@ -301,6 +304,11 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
         "dead_lettered": counter("pipelines_messages_dead_lettered", "Messages rejected to a dead-letter queue."),
         "duplicates": counter("pipelines_messages_duplicates_skipped", "Duplicates skipped by their key."),
         "dropped": counter("pipelines_messages_dropped", "Fire-and-forget messages dropped after their retries."),
+        "hops": counter(
+            "pipelines_step_hops",
+            "Steps that followed another, run where it finished (hop=local) or published (hop=routed).",
+            ["actor", "hop"],
+        ),
         "steps_lost": counter(
             "pipelines_steps_lost",
             "Step attempts that ended after their lease lapsed and the step was claimed again (not recorded).",

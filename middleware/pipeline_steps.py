@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from typing import Any
 
 import dramatiq
@@ -37,11 +38,13 @@ from pipelines.errors import (
     error_name,
 )
 from pipelines.flow.deadlines import DEADLINE_CHECK, DEADLINE_QUEUE, check_deadline
+from pipelines.flow.local_steps import LocalSteps
 from pipelines.flow.runtime import Runtime
 from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.handling.holds import Hold, Holds
+from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.outcome import fail_message, outcome_of
-from pipelines.handling.proxy import let_go
+from pipelines.handling.proxy import WorkQueue, let_go
 from pipelines.handling.recording import carry, record_within_lease
 from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
 from pipelines.middleware.payloads import REFUSALS as PAYLOAD_REFUSALS
@@ -67,11 +70,27 @@ class _StepResultWarning(logging.Filter):
 class PipelineSteps(Middleware):
     """Claims, completes and fails pipeline steps through the runtime (see the module docstring)."""
 
-    def __init__(self, *, runtime: Runtime, store: StepProgress, holds: Holds, system_timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        store: StepProgress,
+        holds: Holds,
+        system_timeout_s: float,
+        local_steps: bool = True,
+    ) -> None:
         self.runtime = runtime
         self.store = store
         self.holds = holds
         self.system_timeout_s = system_timeout_s
+        self.local_steps = local_steps
+        self._local: dict[int, LocalSteps] = {}
+        """By worker: runs a chain's next step in the worker where the step before it finished (one per
+        worker this broker's process runs, found from the thread that finished the step)."""
+
+    @property
+    def actor_options(self) -> set[str]:
+        return {opt.LOCAL_STEPS}
 
     def after_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         if DEADLINE_CHECK in broker.actors:
@@ -91,6 +110,13 @@ class PipelineSteps(Middleware):
         declare(check)
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self.local_steps:
+            self._local[id(worker)] = LocalSteps(
+                broker=pipeline_broker(broker),
+                holds=self.holds,
+                work=WorkQueue(worker),
+                listeners=self.runtime.listeners,
+            )
         worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")
         if not any(isinstance(f, _StepResultWarning) for f in worker_logger.filters):
             worker_logger.addFilter(_StepResultWarning())
@@ -107,6 +133,10 @@ class PipelineSteps(Middleware):
         if failure is not None:
             self._record_failure(broker, message, address, *failure)
             raise SkipMessage
+        if isinstance(message, LocalDelivery):  # claimed with the completion of the step before it
+            _in_step.set(True)
+            outcome_of(message).scratch.step_hold = message.hold
+            return
         try:
             claim = self.runtime.claim(message, address)
         except ServiceUnavailable as e:
@@ -132,6 +162,14 @@ class PipelineSteps(Middleware):
         else:
             logger.info("Skipping step %s: run %s is %s.", address.node, address.run_id, claim.run_state)
         raise SkipMessage
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._local.pop(id(worker), None)
+
+    def _local_here(self) -> LocalSteps | None:
+        """The local steps of the worker whose thread this is (None outside a worker's threads)."""
+        thread = threading.current_thread()
+        return next((local for local in self._local.values() if local.work.runs_in(thread)), None)
 
     def _release(self, message: dramatiq.broker.MessageProxy) -> Hold | None:
         """Stop renewing the lease of the step this delivery claimed (if it claimed one)."""
@@ -212,7 +250,9 @@ class PipelineSteps(Middleware):
             return
         try:
             record_within_lease(
-                lambda: self.runtime.advance(pipeline_broker(broker), message, address, value, claim=claim),
+                lambda: self.runtime.advance(
+                    pipeline_broker(broker), message, address, value, claim=claim, local=self._local_here()
+                ),
                 lease_end=hold.lease_end if hold is not None else 0.0,
                 what=f"step {address.node} of run {address.run_id}",
             )

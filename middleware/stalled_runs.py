@@ -5,7 +5,8 @@ threads are running, so that a step longer than its lease (a long-running job, a
 timeout) is never taken for stalled, then sweeps if it is the first process to ask in this interval
 (a mark in the run store), so the fleet sweeps once per interval whatever its size. The sweep itself is
 ``pipelines.flow.stall_sweep``. Comes right after ``PipelineSteps``, so only a step that claimed its run is kept
-alive.
+alive. The same thread takes its turn at the lapse sweep more often, every ``StallSweep.lapse_every_s``:
+local steps whose worker died are published again within a lease and that interval.
 """
 
 from __future__ import annotations
@@ -74,13 +75,24 @@ class StalledRuns(Middleware):
             self._running.pop(id(message), None)
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.sweep.every_s):
+        due = time.monotonic() + self.sweep.every_s
+        while not self._stop.wait(self.sweep.lapse_every_s):
             try:
-                self.tick()
+                self.tick_lapsed()
+                if time.monotonic() >= due:
+                    due = time.monotonic() + self.sweep.every_s
+                    self.tick()
             except ServiceUnavailable as e:
                 logger.warning("Could not keep runs alive or sweep for stalled runs: %s", e)
             except Exception:  # the thread must live on: the next interval tries again
                 logger.exception("The sweep for stalled runs failed; it runs again in %g s.", self.sweep.every_s)
+
+    def tick_lapsed(self) -> None:
+        """Sweep for local steps whose worker died, if no other process has in this interval."""
+        every_s = self.sweep.lapse_every_s
+        turn = f"lapse-sweep:{math.floor(time.time() / every_s)}"
+        if self._broker is not None and self.store.mark_once(turn, retention_s=math.ceil(every_s) + 1):
+            self.sweep.sweep_lapsed(self._broker)
 
     def tick(self) -> None:
         """Keep this process's runs alive; sweep if no other process has in this interval."""

@@ -104,6 +104,9 @@ SECRET_FIELDS: Final = "secret_fields"
 SEALED: Final = "sealed"
 #: Actor option: at most this many messages per second/minute/hour reach the actor ("20/s").
 RATE_LIMIT: Final = "rate_limit"
+#: Actor option: False sends every step of the actor through RabbitMQ, never run where the step before
+#: it finished (see ``pipelines.flow.local_steps``).
+LOCAL_STEPS: Final = "local_steps"
 #: Message option: the rate-limit slot (epoch ms, the run store's clock) reserved for this message.
 RATE_SLOT: Final = "rate_slot"
 #: Message option: the rate limit ("10/s") of the registered pipeline whose run this first step starts.

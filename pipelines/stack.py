@@ -112,13 +112,20 @@ def build_middleware(
         Payloads(sealer=runtime.sealer),
         RateLimits(limiter=RateLimiter(store), grace_ms=slot_grace_ms(settings.broker.delay_tiers_s[0])),
         Idempotency(store=store, holds=holds, retention_s=settings.store.idempotency_retention_s),
-        PipelineSteps(runtime=runtime, store=store, holds=holds, system_timeout_s=system_timeout_s),
+        PipelineSteps(
+            runtime=runtime,
+            store=store,
+            holds=holds,
+            system_timeout_s=system_timeout_s,
+            local_steps=settings.worker.local_steps,
+        ),
         StalledRuns(
             sweep=StallSweep(
                 store=store,
                 runtime=runtime,
                 stalled_after_s=settings.store.stalled_after_s,
                 redrives=settings.store.stalled_run_redrives,
+                lease_s=settings.store.step_lease_s,
             ),
             store=store,
         ),

@@ -50,6 +50,11 @@ class PipelineBroker(DeadLetterPublisher, Protocol):
         self, topic: str, payload: Any, *, options: dict[str, Any] | None = None
     ) -> dramatiq.Message[Any]: ...
 
+    def prepare(self, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
+        """``message`` as it would be published (validated, versioned, sealed), not published: a step
+        run where the step before it finished (``pipelines.flow.local_steps``)."""
+        ...
+
     def get_actor(self, actor_name: str) -> dramatiq.Actor[Any, Any]: ...
 
     def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:

@@ -29,6 +29,7 @@ from pipelines.broker.screening import letter_id, named_actor, refusal, screen, 
 from pipelines.config.sections import BrokerConfig
 from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import DefinitionError, Unroutable
+from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.outcome import outcome_of
 from pipelines.handling.proxy import DeliveredMessage, message_of
 from pipelines.sending.outbound import Outbound
@@ -87,6 +88,11 @@ class MemoryBroker(HookDispatch, StubBroker):
     def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
         """Route one message to every matching actor (``delay`` in milliseconds)."""
         return self.enqueue_many([message], delay=delay)[0]
+
+    def prepare(self, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
+        """``message`` as it would be published, not published (see ``PipelineBroker.prepare``)."""
+        [(prepared, _)] = self.outbound.prepare(self.actors, [message], accepted=self.actor_options)
+        return prepared
 
     def enqueue_many(
         self, messages: Sequence[dramatiq.Message[Any]], *, delay: int | None = None
@@ -263,6 +269,8 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
         self._slots.release()
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
+        if isinstance(message, LocalDelivery):
+            return  # taken from no queue
         if outcome_of(message).settlement.requeue_in_place:
             # Memory queues have no head to return to: the retry goes to the back (order is not kept),
             # with the retry count ``Backoff`` already added to its options.
@@ -272,10 +280,15 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
         if not outcome_of(message).settlement.drop:
             self.dead_letters.append(message)
-        self._settle()
+        if not isinstance(message, LocalDelivery):
+            self._settle()
 
     def requeue(self, messages: Iterable[dramatiq.broker.MessageProxy]) -> None:
-        """Nothing to return: the worker stops with the process, and its memory queues with it."""
+        """Nothing to return (the worker stops with the process, and its memory queues with it), but local
+        steps, which no queue held: they are published."""
+        for message in messages:
+            if isinstance(message, LocalDelivery):
+                message.hand_back(self.broker)
 
     def close(self) -> None:
         """Nothing to close."""

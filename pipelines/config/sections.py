@@ -171,6 +171,7 @@ class WorkerConfig(_Section):
     """Defaults for work done by actors."""
 
     time_limit_s: float = Field(default=600.0, gt=0)
+    local_steps: bool = True
 
 
 class ProfilesConfig(_Section):

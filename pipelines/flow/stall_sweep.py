@@ -43,13 +43,18 @@ MOST_SWEEP_EVERY_S = 60.0
 class StallSweep:
     """Finds stalled runs and publishes their idle steps again (see the module docstring)."""
 
-    def __init__(self, *, store: StallChecks, runtime: Runtime, stalled_after_s: float, redrives: int) -> None:
+    def __init__(
+        self, *, store: StallChecks, runtime: Runtime, stalled_after_s: float, redrives: int, lease_s: float
+    ) -> None:
         self.store = store
         self.runtime = runtime
         self.stalled_after_s = stalled_after_s
         self.redrives = redrives
         self.every_s = min(MOST_SWEEP_EVERY_S, stalled_after_s / 4)
         """How often the workers keep their runs alive and one of them sweeps: a quarter of the threshold."""
+        self.lease_s = lease_s
+        self.lapse_every_s = min(self.every_s, lease_s / 4)
+        """How often one worker sweeps for local steps whose lease lapsed: a quarter of the lease."""
 
     def sweep(self, broker: PipelineBroker) -> list[StallCheck]:
         """Look at the runs untouched for the threshold; re-drive the stalled ones. Returns the stalled
@@ -72,6 +77,26 @@ class StallSweep:
                 break
         return stalled
 
+    def sweep_lapsed(self, broker: PipelineBroker) -> list[StallCheck]:
+        """Publish again the local steps whose lease lapsed (their worker died: nothing of them is in
+        RabbitMQ); returns the runs they belong to."""
+        lapsed = []
+        for _ in range(SWEEP_LOOKS):
+            checks = self.store.sweep_lapsed(lease_ms=round(self.lease_s * 1000), limit=SWEEP_BATCH)
+            for check in checks:
+                if check.kind == "redrive":
+                    steps = ", ".join(step for group in check.groups for step in group.steps)
+                    logger.warning(
+                        "Run %s: the worker of its step(s) %s stopped renewing their lease; publishing them again.",
+                        check.run_id,
+                        steps,
+                    )
+                    self._publish(broker, check)
+                    lapsed.append(check)
+            if len(checks) < SWEEP_BATCH:
+                break
+        return lapsed
+
     def _redrive(self, broker: PipelineBroker, check: StallCheck) -> None:
         steps = [step for group in check.groups for step in group.steps]
         logger.warning(
@@ -82,6 +107,9 @@ class StallSweep:
             check.redrive,
             self.redrives,
         )
+        self._publish(broker, check)
+
+    def _publish(self, broker: PipelineBroker, check: StallCheck) -> None:
         try:
             messages = [message for group in check.groups for message in self._messages(check, group)]
             with correlation(check.correlation_id):

@@ -186,7 +186,7 @@ ReopenKind = Literal["reopened", "done", "stopped", "missing"]
 LeaseOpenKind = Literal["opened", "open", "ended"]
 
 
-AdvanceKind = Literal["start", "waiting", "done", "duplicate", "stopped", "missing", "lost"]
+AdvanceKind = Literal["start", "local", "waiting", "done", "duplicate", "stopped", "missing", "lost"]
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,7 @@ class Advance:
     """What follows a finished step.
 
     ``start``: publish ``leaves_json`` (the steps of ``node``) with ``value_json`` as their input.
+    ``local``: as ``start``, with its one step claimed for this worker as ``claim`` (complete-and-claim).
     ``waiting``: a parallel barrier still waits on other members. ``done``: the run succeeded with
     ``value_json``. ``duplicate``/``stopped``/``missing``: nothing to do. ``lost``: the attempt had lost
     its claim (its lease lapsed and the step was claimed again): nothing was recorded.
@@ -209,6 +210,19 @@ class Advance:
     """How long that barrier waited between its first and its last member; None when no barrier was released."""
     run_created_at_ms: int | None = None
     """On ``done``: when the run was created."""
+    claim: int | None = None
+    """On ``local``: the claim the step that follows was claimed with, for this worker."""
+
+
+@dataclass(frozen=True)
+class LocalOffer:
+    """What a worker offers when it completes a step: to run the step that follows itself, if it is one
+    step of one of ``actors``, claimed for it under a lease of ``lease_ms``."""
+
+    actors: str
+    """The actors' names, each with a space on either side (``" charge ship "``): one string the
+    completion script looks a name up in, made once for many completions."""
+    lease_ms: int
 
 
 @dataclass(frozen=True)

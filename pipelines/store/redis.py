@@ -10,6 +10,7 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from pipelines.store.base import (
     Advance,
     Claim,
     DeadlineCheck,
+    LocalOffer,
     NewRun,
     Renewal,
     ReopenKind,
@@ -40,9 +42,10 @@ from pipelines.store.redis_records import RedisRecords
 from pipelines.store.redis_sentinel import sentinel_primary
 from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.scripting import Scripts
-from pipelines.store.stall_checks import RunStalls
+from pipelines.store.stall_checks import LAPSE_MARGIN_MS, RunStalls
 from pipelines.store.thread_clients import ThreadClients
 from pipelines.wire.naming import (
+    local_steps_key,
     recent_runs_key,
     run_id_for_key,
     run_key,
@@ -194,10 +197,43 @@ class RedisRunStore(RedisRecords):
         *,
         trace_parent: str = "",
         claim: int | None = None,
+        local: LocalOffer | None = None,
+        local_after: str | None = None,
+        worker: str = "",
     ) -> Advance:
         frames = orjson.dumps([f.to_json() for f in up])
-        args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent, _claim(claim)]
-        return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
+        args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent, _claim(claim), worker]
+        if local is not None:
+            args += [local.actors, local.lease_ms]
+        index = local_steps_key(self._namespace)
+        added = {f"{run_id} {node}": time.time() * 1000 + local.lease_ms + LAPSE_MARGIN_MS} if local else {}
+        done = f"{run_id} {local_after}" if local_after is not None else None
+        if not added and done is None:
+            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
+        if self.replica_wait is not None and is_cluster_url(self._url):  # a cluster waits per primary: alone
+            self._index_local(index, added, done)
+            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
+
+        # The index of local steps is written in the same round trip, before the completion that may claim
+        # one: a worker that dies right after the claim has it in the index already.
+        def fill(pipe: Any) -> None:
+            if done is not None:
+                pipe.zrem(index, done)
+            if added:
+                pipe.zadd(index, cast(dict[Any, Any], added))
+            self._scripts.queue(pipe, self._complete, [self._key(run_id)], args)
+
+        with self._answering():
+            return replies.complete(self._scripts.execute(fill, replicated=True)[-1])
+
+    def _index_local(self, index: str, added: dict[str, float], done: str | None) -> None:
+        with self._answering():
+            pipe = self._redis.pipeline(transaction=False)
+            if done is not None:
+                pipe.zrem(index, done)
+            if added:
+                pipe.zadd(index, cast(dict[Any, Any], added))
+            pipe.execute()
 
     def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
         args = [node, error, "1" if final else "0", self._retention_ms, _claim(claim)]
@@ -299,6 +335,9 @@ class RedisRunStore(RedisRecords):
 
     def keep_alive(self, run_ids: Collection[str]) -> int:
         return self._stalls.keep_alive(run_ids)
+
+    def sweep_lapsed(self, *, lease_ms: int, limit: int) -> list[StallCheck]:
+        return self._stalls.sweep_lapsed(lease_ms=lease_ms, limit=limit)
 
     def sweep_stalled(self, *, stalled_after_ms: int, redrives: int, gap_ms: int, limit: int) -> list[StallCheck]:
         return self._stalls.sweep(stalled_after_ms=stalled_after_ms, redrives=redrives, gap_ms=gap_ms, limit=limit)

@@ -76,6 +76,18 @@ def complete(reply: Any) -> Advance:
             member_trace_parents=parents,
             chord_wait_ms=wait_ms,
         )
+    if kind == "local":
+        _, node, value, leaves, *barrier, claim = reply
+        parents, wait_ms = _barrier(*barrier)
+        return Advance(
+            "local",
+            node=text(node),
+            value_json=text(value),
+            leaves_json=text(leaves),
+            member_trace_parents=parents,
+            chord_wait_ms=wait_ms,
+            claim=int(claim),
+        )
     if kind == "done":
         _, value, created_at, *barrier = reply
         parents, wait_ms = _barrier(*barrier)
@@ -247,6 +259,14 @@ def stall(run_id: str, reply: Any) -> StallCheck:
             created_at_ms=int(created_at),
         )
     return StallCheck(run_id, "gone")
+
+
+def lapsed(run_id: str, reply: Any) -> StallCheck:
+    """``lapsed.lua``: a run with a local step due, as the lapse sweep found it (``gone`` also when no
+    step of it runs any more)."""
+    if text(reply[0]) == "none":
+        return StallCheck(run_id, "gone")
+    return stall(run_id, reply)
 
 
 def run_summary(run_id: str, fields: Sequence[Any], steps_total: Any) -> RunSummary | None:

@@ -34,6 +34,7 @@ from pipelines.store.base import (
     KeyClaimKind,
     LeaseCheck,
     LeaseOpenKind,
+    LocalOffer,
     NewRun,
     Renewal,
     ReopenKind,
@@ -85,13 +86,19 @@ class RunSteps(RunStates, Protocol):
         *,
         trace_parent: str = "",
         claim: int | None = None,
+        local: LocalOffer | None = None,
+        local_after: str | None = None,
+        worker: str = "",
     ) -> Advance:
         """Record a step's result and decide what follows, atomically.
 
         ``value_json=None`` re-drives a step that already succeeded: the continuation is returned again
         only if it never started, so a lost publish is repaired and a duplicate does nothing. ``claim``
         (the attempt the step was claimed with) fences a late completion: ``lost`` when the step was
-        claimed again since, and nothing is recorded.
+        claimed again since, and nothing is recorded. ``local`` offers this worker to run what follows
+        (``local`` when it claimed it: complete-and-claim); ``local_after`` is the step a local step
+        being completed followed (its entry in the index of local steps ends); ``worker``, the worker
+        that ran it (a local step was claimed by the one that ran the step before).
         """
 
     def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
@@ -246,6 +253,12 @@ class StallChecks(Protocol):
     def keep_alive(self, run_ids: Collection[str]) -> int:
         """Touch these runs (a step of each runs in the caller's process), so that no sweep takes them for
         stalled; returns how many were still going."""
+
+    def sweep_lapsed(self, *, lease_ms: int, limit: int) -> list[StallCheck]:
+        """Look at up to ``limit`` runs whose local step (claimed where the step before it finished) is
+        due in the index of local steps; hand back its steps whose lease lapsed, to publish again
+        (``redrive``: nothing of a local step is in RabbitMQ), and keep the index (``lease_ms``: when to
+        look again at a step re-driven)."""
 
     def sweep_stalled(self, *, stalled_after_ms: int, redrives: int, gap_ms: int, limit: int) -> list[StallCheck]:
         """Look at up to ``limit`` running runs untouched for ``stalled_after_ms``, oldest first, found

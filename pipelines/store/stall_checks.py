@@ -12,6 +12,7 @@ so nothing that could not run meanwhile is taken for stalled.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager
 from typing import Any, cast
@@ -22,7 +23,10 @@ from redis.cluster import RedisCluster
 from pipelines.store import replies
 from pipelines.store.base import StallCheck
 from pipelines.store.scripting import Scripts
-from pipelines.wire.naming import run_key, running_runs_key, stall_sweep_key
+from pipelines.wire.naming import local_steps_key, run_key, running_runs_key, stall_sweep_key
+
+#: How long after a local step's lease would lapse the lapse sweep looks at it, in ms (clocks differ).
+LAPSE_MARGIN_MS = 1000
 
 
 class RunStalls:
@@ -45,6 +49,7 @@ class RunStalls:
         self._touch = scripts.register("touch")
         self._stall_clock = scripts.register("stall_clock")
         self._stall = scripts.register("stall")
+        self._lapsed = scripts.register("lapsed")
 
     def _key(self, run_id: str) -> str:
         return run_key(self._namespace, run_id)
@@ -95,3 +100,37 @@ class RunStalls:
                 pipe.zadd(index, cast(dict[Any, Any], touched), xx=True)
             pipe.execute()
         return checks
+
+    def sweep_lapsed(self, *, lease_ms: int, limit: int) -> list[StallCheck]:
+        """``StallChecks.sweep_lapsed``."""
+        index = local_steps_key(self._namespace)
+        now_ms = time.time() * 1000
+        with self._answering():
+            found = self._redis.zrangebyscore(index, "-inf", now_ms, start=0, num=limit)
+        entries = [replies.text(entry) for entry in cast(list[bytes], found)]
+        run_ids = sorted({entry.split(" ", 1)[0] for entry in entries})
+        if not run_ids:
+            return []
+
+        def fill(pipe: Any) -> None:
+            for run_id in run_ids:
+                self._scripts.queue(pipe, self._lapsed, [self._key(run_id)], [])
+
+        with self._answering():
+            looked = self._scripts.execute(fill)
+        checks = {run_id: replies.lapsed(run_id, reply) for run_id, reply in zip(run_ids, looked, strict=True)}
+        done, later = [], {}
+        for entry in entries:
+            check = checks[entry.split(" ", 1)[0]]
+            if check.kind == "gone":
+                done.append(entry)
+            else:  # held: look again when its lease would lapse; re-driven: when the copy's claim would
+                later[entry] = (check.touched_ms if check.kind == "alive" else now_ms + lease_ms) + LAPSE_MARGIN_MS
+        with self._answering():
+            pipe = self._redis.pipeline(transaction=False)
+            if done:
+                pipe.zrem(index, *done)
+            if later:
+                pipe.zadd(index, cast(dict[Any, Any], later), xx=True)
+            pipe.execute()
+        return list(checks.values())

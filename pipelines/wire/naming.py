@@ -151,6 +151,13 @@ def pipeline_runs_key(namespace: str, pipeline: str) -> str:
     return f"{namespace}:runs:p:{pipeline}"
 
 
+def local_steps_key(namespace: str) -> str:
+    """Run-store key of the index of steps claimed where the step before them finished (local steps),
+    member ``<run id> <that step's id>``, scored by when their lease would lapse (epoch ms): the lapse
+    sweep reads only the entries due, and publishes again a local step whose worker died."""
+    return f"{namespace}:runs:local"
+
+
 def running_runs_key(namespace: str) -> str:
     """Run-store key of the index of the namespace's running runs by when each was last touched (epoch
     ms, as the stall sweep last saw it): the sweep reads only the entries older than its threshold."""

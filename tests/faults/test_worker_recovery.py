@@ -63,28 +63,40 @@ def ran_again_after(fault: Fault, kind: str, items: list[str], killed: float) ->
 
 
 def test_steps_and_a_keyed_message_whose_worker_is_killed_run_again_within_the_lease(shipped: Fault) -> None:
-    """A chain's step, a chord's members and a keyed message, all inside their actors when the worker dies."""
+    """A chain's step, a chord's members, a keyed message and a local step (run where the step before it
+    finished: nothing of it in RabbitMQ), all inside their actors when the worker dies."""
     hold, gather = shipped.actors["hold"], shipped.actors["gather"]
     members = ["m0", "m1", "m2"]
     chained = shipped.app.start(chain(step(hold, "first", STEP_S), step(hold, "second", 0.1)))
     chorded = shipped.app.start(chord(group([step(hold, m, STEP_S) for m in members]), then=step(gather, "c1")))
     shipped.actors["slow"].send("k1", STEP_S)
     shipped.workers.start()
-    shipped.wait_until(lambda: executions(shipped, "slow", "k1") == 1, "the keyed message started")
+    shipped.wait_until(
+        lambda: executions(shipped, "slow", "k1") == 1 and all(executions(shipped, "hold", m) for m in members),
+        "the delivered work started",
+    )
+    # Started once the worker holds the rest: its first step's thread runs its second, nothing waiting.
+    local = shipped.app.start(chain(step(hold, "lead", 0.1), step(hold, "tail", STEP_S)))
 
-    killed = kill_inside(shipped, "hold", ["first", *members])
+    killed = kill_inside(shipped, "hold", ["first", *members, "tail"])
     steps_s = ran_again_after(shipped, "hold", ["first", *members], killed)
+    local_s = ran_again_after(shipped, "hold", ["tail"], killed)
     keyed_s = ran_again_after(shipped, "slow", ["k1"], killed)
-    statuses = chained.wait(60), chorded.wait(60)
+    statuses = chained.wait(60), chorded.wait(60), local.wait(60)
     shipped.wait_until(lambda: "k1" in shipped.ledger.count("slow", "effects"), "the keyed effect")
 
     lease_s = shipped.app.settings.store.step_lease_s
     print(
-        f"\nworker killed inside a chain step, three chord members and a keyed message (lease {lease_s:g} s): "
-        f"the steps ran again after {steps_s:.1f} s, the keyed message after {keyed_s:.1f} s"
+        f"\nworker killed inside a chain step, three chord members, a keyed message and a local step (lease "
+        f"{lease_s:g} s): the delivered steps ran again after {steps_s:.1f} s, the keyed message after "
+        f"{keyed_s:.1f} s, the local step (published again by the lapse sweep) after {local_s:.1f} s"
     )
-    assert [status.state for status in statuses] == ["succeeded", "succeeded"]
-    assert shipped.ledger.count("hold", "executions") == {"first": 2, "second": 1, "m0": 2, "m1": 2, "m2": 2}
+    assert [status.state for status in statuses] == ["succeeded"] * 3
+    assert shipped.ledger.count("hold", "executions") == {
+        **{"first": 2, "second": 1, "m0": 2, "m1": 2, "m2": 2},
+        **{"lead": 1, "tail": 2},
+    }
+    assert f"Run {local.id}: the worker of its step(s) 0.1 stopped renewing their lease" in shipped.log.read_text()
     assert shipped.ledger.count("gather", "executions") == {"c1": 1}
     assert sorted(shipped.ledger.values("gather")["c1"].split(",")) == sorted(
         f"{m}@{shipped.ledger.values('hold')[m]}" for m in members
@@ -93,9 +105,12 @@ def test_steps_and_a_keyed_message_whose_worker_is_killed_run_again_within_the_l
     assert shipped.app.dead_letters.list() == []
 
 
-def test_a_frozen_worker_loses_its_step_to_another_and_its_late_end_is_refused(shipped: Fault, tmp_path: Path) -> None:
-    """SIGSTOP past the lease, then SIGCONT: RabbitMQ gives the step to the other worker once the frozen
-    one misses its heartbeats; the frozen one's end, when it comes, is not recorded."""
+def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refused(
+    shipped: Fault, tmp_path: Path
+) -> None:
+    """SIGSTOP past the lease, then SIGCONT: RabbitMQ gives the delivered step to the other worker once the
+    frozen one misses its heartbeats, the lapse sweep publishes the local step (nothing of it is in
+    RabbitMQ) once its lease lapsed; the frozen one's ends, when they come, are not recorded."""
     hold = shipped.actors["hold"]
     # RabbitMQ notices a frozen worker by its missed AMQP heartbeats: short ones, so it does within the lease.
     env = shipped.workers.env | {"PIPELINES_BROKER__HEARTBEAT_S": "3"}
@@ -108,23 +123,29 @@ def test_a_frozen_worker_loses_its_step_to_another_and_its_late_end_is_refused(s
             lambda: executions(shipped, "hold", "frozen") == 1 and executions(shipped, "slow", "frozen-key") == 1,
             "both started",
         )
+        local = shipped.app.start(chain(step(hold, "lead", 0.1), step(hold, "frozen-local", STEP_S)))
+        shipped.wait_until(lambda: executions(shipped, "hold", "frozen-local") == 1, "the local step started")
         assert frozen.process is not None
         os.killpg(frozen.process.pid, signal.SIGSTOP)
         other.start()
-        status = run.wait(shipped.app.settings.store.step_lease_s + 60)
+        lease_s = shipped.app.settings.store.step_lease_s
+        statuses = run.wait(lease_s + 60), local.wait(lease_s + 60)
         shipped.wait_until(lambda: executions(shipped, "slow", "frozen-key") == 2, "the keyed message taken over")
         os.killpg(frozen.process.pid, signal.SIGCONT)
-        shipped.wait_until(lambda: "claimed again after its lease lapsed here" in shipped.log.read_text(), "refusal")
+        shipped.wait_until(
+            lambda: shipped.log.read_text().count("claimed again after its lease lapsed here") >= 2, "refusals"
+        )
     finally:
         if frozen.process is not None and frozen.process.poll() is None:
             os.killpg(frozen.process.pid, signal.SIGCONT)
         frozen.stop()
         other.stop()
 
-    taken_over_by = shipped.ledger.values("hold")["frozen"]
-    assert status.state == "succeeded"
-    assert shipped.app.store.step_result(run.id, "0.0") == f'"frozen@{taken_over_by}"'
-    assert shipped.ledger.count("hold", "executions") == {"frozen": 2, "after": 1}
+    taken_over_by = shipped.ledger.values("hold")
+    assert [status.state for status in statuses] == ["succeeded", "succeeded"]
+    assert shipped.app.store.step_result(run.id, "0.0") == f'"frozen@{taken_over_by["frozen"]}"'
+    assert local.result(timeout_s=1) == f"frozen-local@{taken_over_by['frozen-local']}"
+    assert shipped.ledger.count("hold", "executions") == {"frozen": 2, "after": 1, "lead": 1, "frozen-local": 2}
     assert shipped.ledger.count("slow", "effects") == {"frozen-key": 1}
 
 

@@ -115,6 +115,31 @@ def test_drops_and_partition_lag_are_counted(
         assert count == partitions.count(partition)
 
 
+def test_hops_are_counted_by_actor_as_run_where_the_step_before_finished_or_published(
+    counted: tuple[App, CollectorRegistry], start_worker: StartWorker
+) -> None:
+    app, registry = counted
+
+    @dramatiq.actor(broker=app.broker)
+    def first(x: int) -> int:
+        return x
+
+    @dramatiq.actor(broker=app.broker)
+    def local_next(x: int) -> int:
+        return x
+
+    @dramatiq.actor(broker=app.broker, local_steps=False)
+    def routed_next(x: int) -> int:
+        return x
+
+    start_worker(app)
+    assert app.start(chain(first, local_next, routed_next), args=(1,)).result(timeout_s=30) == 1
+
+    assert value(registry, "pipelines_step_hops_total", actor="local_next", hop="local") == 1
+    assert value(registry, "pipelines_step_hops_total", actor="routed_next", hop="routed") == 1
+    assert value(registry, "pipelines_step_hops_total", actor="first", hop="local") == 0  # the first: no hop
+
+
 def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_app: MakeApp) -> None:
     port = free_port()
     app = make_app(metrics={"enabled": True, "multiprocess": False, "port": port})

@@ -28,14 +28,17 @@ from tests.support.fixtures import MakeApp, StartWorker
 NONE_SAMPLED = {"enabled": True, "sample_ratio": 0.0}
 
 
-def traced(make_app: MakeApp, **telemetry: Any) -> Traced:
+def traced(make_app: MakeApp, worker: dict[str, Any] | None = None, **telemetry: Any) -> Traced:
     exporter = AwaitedExporter()
-    return Traced(make_app(telemetry={**NONE_SAMPLED, **telemetry}, span_exporter=exporter), exporter)
+    app = make_app(telemetry={**NONE_SAMPLED, **telemetry}, worker=worker or {}, span_exporter=exporter)
+    return Traced(app, exporter)
 
 
-def working(make_app: MakeApp, start_worker: StartWorker, **telemetry: Any) -> tuple[Traced, dict[str, Any]]:
+def working(
+    make_app: MakeApp, start_worker: StartWorker, worker: dict[str, Any] | None = None, **telemetry: Any
+) -> tuple[Traced, dict[str, Any]]:
     """A traced app with this module's actors, and a worker running them."""
-    t = traced(make_app, **telemetry)
+    t = traced(make_app, worker, **telemetry)
     actors = declare(t.app)
     start_worker(t.app)
     return t, actors
@@ -203,7 +206,7 @@ class _Published(dramatiq.Middleware):
 def test_the_steps_of_a_run_left_out_carry_its_trace_context_and_start_no_publish_span(
     make_app: MakeApp, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    t, a = working(make_app, start_worker)
+    t, a = working(make_app, start_worker, {"local_steps": False})  # every step published
     published = _Published()
     t.app.broker.add_middleware(published)
     [tracing] = [m for m in t.app.broker.middleware if isinstance(m, Tracing)]

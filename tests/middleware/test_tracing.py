@@ -135,8 +135,12 @@ def declare(app: App) -> dict[str, Any]:
 
 
 def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_the_previous(
-    traced: Traced, start_worker: StartWorker
+    make_app: MakeApp, start_worker: StartWorker
 ) -> None:
+    exporter = AwaitedExporter()
+    # Every step published (not run where the step before it finished): a publish span between two steps.
+    settings = {"telemetry": {"enabled": True, "sample_ratio": 1.0}, "worker": {"local_steps": False}}
+    traced = Traced(make_app(**settings, span_exporter=exporter), exporter)
     a = declare(traced.app)
     start_worker(traced.app)
     # The app's own provider: the process's global one is whichever app of the test session came first.
@@ -173,6 +177,22 @@ def test_a_chain_is_one_trace_under_the_callers_span_with_each_step_a_child_of_t
     assert double.attributes is not None
     assert double.attributes["messaging.operation.type"] == "process"
     assert double.attributes["messaging.message.conversation_id"] == run.status().correlation_id
+
+
+def test_a_step_run_where_the_step_before_it_finished_is_that_steps_child_in_the_runs_one_trace(
+    traced: Traced, start_worker: StartWorker
+) -> None:
+    a = declare(traced.app)
+    start_worker(traced.app)
+
+    run = traced.app.start(chain(a["add"], a["double"], a["negate"]), args=(1,))
+
+    assert run.result(timeout_s=TIMEOUT_S) == -4
+    [add], [double], [negate] = (traced.consumers(name) for name in ("add", "double", "negate"))
+    assert {s.context.trace_id for s in traced.spans()} == {add.context.trace_id}
+    assert traced.parent(double).context.span_id == add.context.span_id  # no publish between them
+    assert traced.parent(negate).context.span_id == double.context.span_id
+    assert not any(s.name.startswith("publish") and s.name.endswith((":double", ":negate")) for s in traced.spans())
 
 
 def test_fan_out_branches_are_siblings_under_its_one_publish(traced: Traced, start_worker: StartWorker) -> None:

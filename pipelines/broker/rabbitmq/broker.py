@@ -28,6 +28,7 @@ from pipelines.broker.rabbitmq.dead_letter_marks import DeadLetterMarks
 from pipelines.broker.rabbitmq.dead_letters import RabbitDeadLetters
 from pipelines.broker.rabbitmq.declaring import Declarer
 from pipelines.broker.rabbitmq.delivery import Delivery
+from pipelines.broker.rabbitmq.inspection import QueueInspection
 from pipelines.broker.rabbitmq.publishing import Publishing
 from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.rabbitmq.workers import RunningWorkers
@@ -37,14 +38,14 @@ from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionE
 from pipelines.sending.outbound import Outbound
 from pipelines.store.roles import OnceMarks
 from pipelines.wire.codec import encode_message, warn_custom_encoder
-from pipelines.wire.naming import dead_letter_queue, readers_queue
+from pipelines.wire.naming import readers_queue
 from pipelines.wire.routing import route_of
 from pipelines.wire.topology import DELAY_TIER_HEADER, Topology
 
 logger = logging.getLogger(__name__)
 
 
-class ExchangeBroker(HookDispatch, RabbitmqBroker):
+class ExchangeBroker(HookDispatch, QueueInspection, RabbitmqBroker):
     """RabbitMQ broker that routes through the namespace's exchanges (see ``pipelines.broker.rabbitmq``)."""
 
     def __init__(
@@ -177,6 +178,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
         """Publish one message (``delay`` in milliseconds); see :meth:`enqueue_many`."""
         return self.enqueue_many([message], delay=delay)[0]
 
+    def prepare(self, message: dramatiq.Message[Any]) -> dramatiq.Message[Any]:
+        """``message`` as it would be published, not published (see ``PipelineBroker.prepare``)."""
+        [(prepared, _)] = self.outbound.prepare(self.actors, [message], accepted=self.actor_options)
+        return prepared
+
     def enqueue_many(
         self, messages: Sequence[dramatiq.Message[Any]], *, delay: int | None = None
     ) -> list[dramatiq.Message[Any]]:
@@ -290,10 +296,11 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
                 consumer.reader.wake()
                 consumer.wake()
 
-    def forget_consumer(self, consumer: GroupConsumer) -> None:
+    def forget_consumer(self, consumer: dramatiq.broker.Consumer) -> None:
         """A closed consumer takes no more actors."""
-        with self._consumers_lock:
-            self._consumers.discard(consumer)
+        if isinstance(consumer, GroupConsumer):  # the only kind made here
+            with self._consumers_lock:
+                self._consumers.discard(consumer)
 
     def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
         """Acknowledge a delivery now, before its actor ends (a long-running job owned by its lease)."""
@@ -344,54 +351,6 @@ class ExchangeBroker(HookDispatch, RabbitmqBroker):
     def purge_dead_letters(self, queue: str) -> int:
         """Delete every dead letter of ``queue``; returns how many there were."""
         return self._dead_letters.purge_dead_letters(queue)
-
-    # -- inspection and maintenance ------------------------------------------------------------
-
-    def queue_depth(self, queue: str) -> int | None:
-        """Messages ready in ``queue``, or None if it does not exist."""
-        return self._declarer.depth(queue)
-
-    def queue_consumers(self, queue: str) -> int | None:
-        """Consumers reading ``queue`` now (in any process), or None if it does not exist; the workers
-        reading a long-running queue (which they poll, see ``polling``) count as its consumers."""
-        consumers = self._declarer.consumers(queue)
-        if consumers is None or queue not in self._long_running_queues():
-            return consumers
-        return consumers + (self._declarer.consumers(readers_queue(queue)) or 0)
-
-    def _long_running_queues(self) -> set[str]:
-        topology = self.topology
-        return {
-            queue
-            for actor, profile in topology.actor_profiles.items()
-            if profile == "long_running"
-            for queue in topology.consume_queues[actor]
-        }
-
-    def get_queue_message_counts(self, queue_name: str) -> tuple[int, int, int]:
-        """(ready, delayed, dead) messages of the actors in Dramatiq queue ``queue_name``.
-
-        The delay tiers are shared by the namespace's actors, so ``delayed`` counts every message
-        waiting in them (retries and delayed sends): ``join()`` waits for those too, as Dramatiq's
-        does for its delay queues.
-        """
-        topology = self.topology
-        actors = [a for a in topology.actor_queues if self.actors[a].queue_name == queue_name]
-        ready = sum(self.queue_depth(q) or 0 for a in actors for q in topology.consume_queues[a])
-        delayed = sum(self.queue_depth(q.name) or 0 for q in topology.queues if q.role == "delay")
-        dead = sum(self.queue_depth(dead_letter_queue(topology.actor_queues[a])) or 0 for a in actors)
-        return ready, delayed, dead
-
-    def flush(self, queue_name: str) -> None:
-        topology = self.topology
-        for actor, queue in topology.actor_queues.items():
-            if self.actors[actor].queue_name == queue_name:
-                for name in (*topology.consume_queues[actor], dead_letter_queue(queue)):
-                    self._declarer.purge(name)
-
-    def flush_all(self) -> None:
-        for queue in self.topology.queues:
-            self._declarer.purge(queue.name)
 
     def close(self) -> None:
         self.thread_connections.close()

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import dramatiq
 from dramatiq.common import current_millis
@@ -38,7 +38,8 @@ from pipelines import options as opt
 from pipelines.broker.rabbitmq.confirms import CONNECTION_ERRORS
 from pipelines.broker.rabbitmq.connecting import open_connection
 from pipelines.broker.rabbitmq.connections import dramatiq_error
-from pipelines.broker.rabbitmq.dead_lettering import DeadLettering, DeadLetteringBroker
+from pipelines.broker.rabbitmq.consumed_broker import ConsumedBroker
+from pipelines.broker.rabbitmq.dead_lettering import DeadLettering
 from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.polling import Fetched, LongRunningReader
 from pipelines.broker.rabbitmq.settling import Settlements
@@ -46,12 +47,12 @@ from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.broker.screening import letter_id, refusal, screen
 from pipelines.dead_letters.reasons import DeadLetterReason, reason_for
 from pipelines.errors import PipelinesError
+from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.outcome import outcome_of
 from pipelines.wire import option_values as wire_options
 
 if TYPE_CHECKING:
-    from pipelines.broker.rabbitmq.connections import Connections
-    from pipelines.config.sections import BrokerConfig
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -72,27 +73,6 @@ class Arrival(NamedTuple):
     queue: str
     slot: bool
     """Fetched into a slot of the long-running window (given back if it never reaches a thread)."""
-
-
-class ConsumedBroker(DeadLetteringBroker, Protocol):
-    """What a consumer needs of its broker: connections, declarations, the actors, delays, its own end."""
-
-    @property
-    def thread_connections(self) -> Connections: ...
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def actors(self) -> dict[str, dramatiq.Actor[Any, Any]]: ...
-
-    def ensure_topology(self) -> None: ...
-
-    def forget_declarations(self) -> None: ...
-
-    def redelay(self, message: dramatiq.Message[Any], eta_ms: int) -> None: ...
-
-    def forget_consumer(self, consumer: GroupConsumer) -> None: ...
 
 
 class GroupConsumer(dramatiq.broker.Consumer):
@@ -344,6 +324,8 @@ class GroupConsumer(dramatiq.broker.Consumer):
 
     def ack(self, message: dramatiq.broker.MessageProxy) -> None:
         self._release(message)
+        if isinstance(message, LocalDelivery):
+            return  # nothing of it is in RabbitMQ
         if not self._owns(message):
             logger.debug("Not acking %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
         elif outcome_of(message).settlement.requeue_in_place:
@@ -355,7 +337,9 @@ class GroupConsumer(dramatiq.broker.Consumer):
     def nack(self, message: dramatiq.broker.MessageProxy) -> None:
         self._release(message)
         # A delivery acknowledged on start needs no channel: only its dead letter is left to publish.
-        if isinstance(message, Delivery) and (message.settled or message.consumer is self):
+        if isinstance(message, LocalDelivery):
+            self.dead_lettering.failed_local(message)
+        elif isinstance(message, Delivery) and (message.settled or message.consumer is self):
             self.dead_lettering.failed(message)
         else:
             logger.debug("Not rejecting %s: its channel closed, RabbitMQ redelivers it.", message.message_id)
@@ -366,6 +350,9 @@ class GroupConsumer(dramatiq.broker.Consumer):
         owned = []
         for message in messages:
             self._release(message)
+            if isinstance(message, LocalDelivery):
+                message.hand_back(self.broker)
+                continue
             if self._owns(message) and isinstance(message, Delivery) and not message.settled:
                 owned.append(message)
         with self._returning_lock:

@@ -25,6 +25,7 @@ from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
 from pipelines.dead_letters.reasons import DeadLetterReason, reason_for
 from pipelines.errors import PipelinesError
+from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.outcome import outcome_of
 from pipelines.handling.proxy import exception_of, message_of
 from pipelines.wire.codec import encode_message
@@ -121,8 +122,23 @@ class DeadLettering:
         else:
             self.publish(message.tag, body, message.message_id, reason, home, received=message.body)
 
-    def _settled(self, message: Delivery, body: bytes, reason: DeadLetterReason, home: str) -> None:
-        """The dead letter of a job acknowledged when it started: tried until it goes through."""
+    def failed_local(self, message: LocalDelivery) -> None:
+        """Dead-letter a local step the worker failed (nothing of it is in RabbitMQ to reject), or drop it."""
+        outcome = outcome_of(message)
+        if outcome.settlement.drop:
+            logger.warning("Dropping %s of %s after its retries.", message.message_id, message.actor_name)
+            return
+        reason = outcome.settlement.dead_letter or reason_for(
+            message, reason="rejected", exception=exception_of(message)
+        )
+        home = self.home(message.actor_name)
+        # Where it would have arrived, had it been published: its actor's queue, by its actor's name.
+        reason = replace(reason, queue=home, routing_key=message.actor_name)
+        self._settled(message, encode_message(message_of(message)), reason, home)
+
+    def _settled(self, message: Delivery | LocalDelivery, body: bytes, reason: DeadLetterReason, home: str) -> None:
+        """The dead letter of a job acknowledged when it started, or of a local step: tried until it goes
+        through."""
         pause_s = SETTLED_FIRST_PAUSE_S
         while True:
             try:
@@ -142,5 +158,6 @@ class DeadLettering:
                 time.sleep(pause_s)
                 pause_s = min(pause_s * 2, SETTLED_MAX_PAUSE_S)
                 continue
-            self.broker.dead_letter_marks.remember(message.queue, message.body)
+            if isinstance(message, Delivery):
+                self.broker.dead_letter_marks.remember(message.queue, message.body)
             return

@@ -32,6 +32,7 @@ step.s = 'running'
 step.n = (step.n or 0) + 1
 step.t0 = step.t0 or now
 step.l = now + tonumber(ARGV[2])
+step.loc = nil  -- claimed from a delivery: RabbitMQ redelivers it if this worker dies
 if ARGV[4] and ARGV[4] ~= '' then step.w = ARGV[4] end
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 if status == 'pending' then

@@ -1,10 +1,14 @@
 -- Record a step's result and decide what follows, in one atomic step.
 -- KEYS[1] run key; ARGV: step id, value json ('' to re-drive), frames json, retention_ms,
---       the step's trace parent ('' if not traced), the claim the attempt ran under ('' for none)
+--       the step's trace parent ('' if not traced), the claim the attempt ran under ('' for none),
+--       the worker that ran it (host:pid/thread, '' when unknown), the actors that worker runs steps
+--       of where the step before finished (' a b ', '' for none), the lease of a step it claims so, in ms
 -- Frames are the step's ancestors, nearest first: {kind ('c' chain | 'p' parallel), id, index, count}.
 -- Returns {'start', step id, value, leaves json, released, member trace parents, chord wait ms}
 --       | {'waiting'} | {'done', value, created_at, released, member trace parents, chord wait ms}
+--       | {'local', step id, value, leaves json, released, member trace parents, chord wait ms, claim}
 --       | {'duplicate'} | {'stopped', run_status} | {'missing'} | {'lost'}
+-- ('local' is 'start' with the one step of the continuation claimed for this worker: complete-and-claim)
 -- (released is 1 when the step released a barrier; then member trace parents and chord wait describe
 -- the last one it released)
 local run = KEYS[1]
@@ -27,6 +31,7 @@ if not redrive then
   if ARGV[2] == '' then return {'missing'} end
   step.s = 'succeeded'
   step.t1 = now
+  if ARGV[7] and ARGV[7] ~= '' then step.w = ARGV[7] end
   step.l = nil
   step.e = nil
   redis.call('HSET', run .. ':steps', node, cjson.encode(step))
@@ -62,6 +67,30 @@ local function already_started(child)
   return true
 end
 
+-- Complete-and-claim: a continuation of one pending step, of an actor this worker runs steps of where
+-- the step before finished, is claimed for it here (as claim.lua would); its claim, or nil.
+local function claim_here(leaves)
+  if not ARGV[8] or ARGV[8] == '' or redrive or not leaves then return nil end
+  local list = cjson.decode(leaves)
+  if #list ~= 1 then return nil end
+  local leaf = list[1]
+  if type(leaf.actor) ~= 'string' or type(leaf.node) ~= 'string' then return nil end
+  local opts = leaf.options or {}
+  if opts.eta ~= nil or not string.find(ARGV[8], ' ' .. leaf.actor .. ' ', 1, true) then return nil end
+  local raw_next = redis.call('HGET', run .. ':steps', leaf.node)
+  if not raw_next then return nil end
+  local next_step = cjson.decode(raw_next)
+  if next_step.s ~= 'pending' then return nil end
+  next_step.s = 'running'
+  next_step.n = (next_step.n or 0) + 1
+  next_step.t0 = next_step.t0 or now
+  next_step.l = now + tonumber(ARGV[9])
+  next_step.loc = 1  -- claimed here, not from a delivery: the lapse sweep publishes it if its worker dies
+  if ARGV[7] ~= '' then next_step.w = ARGV[7] end
+  redis.call('HSET', run .. ':steps', leaf.node, cjson.encode(next_step))
+  return next_step.n
+end
+
 local deadline = tonumber(redis.call('HGET', run, 'deadline_at') or '0')
 local function past_deadline()
   if deadline > 0 and now > deadline then
@@ -83,7 +112,10 @@ for _, frame in ipairs(frames) do
       -- What the continuation's steps receive, kept so that the stall sweep can publish them again.
       redis.call('HSET', run .. ':inputs', child, '[[' .. value .. '],{}]')
       redis.call('PEXPIRE', run .. ':inputs', ttl)
-      return {'start', child, value, redis.call('HGET', run .. ':starts', child), released, links, wait}
+      local leaves = redis.call('HGET', run .. ':starts', child)
+      local claimed = claim_here(leaves)
+      if claimed then return {'local', child, value, leaves, released, links, wait, claimed} end
+      return {'start', child, value, leaves, released, links, wait}
     end
   else
     local barrier = run .. ':bar:' .. parent
