@@ -6,7 +6,10 @@ pause, SIGSTOP), the exception can land after the actor returned: in the worker'
 where nothing catches it, so the worker thread dies holding its message and the run waits forever.
 Here the limit is armed and disarmed around the actor's function itself, and raising and disarming
 exclude each other (disarming also cancels an exception raised but not yet delivered), so the
-exception either interrupts the actor or never arrives. Under gevent, Dramatiq's own timers are used.
+exception either interrupts the actor or never arrives. A process that stood still (its deadline
+thread woke late by more than ``FROZEN_AFTER_S``) moves its deadlines on by the time it lost: a freeze
+is not time an actor ran, and an attempt that finished as the process woke must not count as failed.
+Under gevent, Dramatiq's own timers are used.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from pipelines.handling.outcome import outcome_of
 from pipelines.wire import option_values as wire_options
 
 _GUARDED = "_pipelines_time_limited"
+# A tick of the deadline thread later than its interval by this much means the process was frozen.
+FROZEN_AFTER_S = 1.0
 
 
 class _ActorDeadlines(threading.Thread):
@@ -43,18 +48,39 @@ class _ActorDeadlines(threading.Thread):
         self._fired: set[int] = set()
 
     def run(self) -> None:
+        last = time.monotonic()
         while True:
-            self.fire(time.monotonic())
             time.sleep(self._interval_s)
+            now = time.monotonic()
+            self.fire(now, frozen_s=now - last - self._interval_s)
+            last = now
 
-    def fire(self, now: float) -> None:
+    def fire(self, now: float, *, frozen_s: float = 0.0) -> None:
         with self._lock:
+            if frozen_s > FROZEN_AFTER_S:
+                self._forgive_freeze(frozen_s)
             for thread_id, deadline in list(self._deadlines.items()):
                 if now >= deadline:
                     del self._deadlines[thread_id]
                     self._fired.add(thread_id)
                     self._logger.warning("Time limit exceeded. Raising exception in worker thread %r.", thread_id)
                     raise_thread_exception(thread_id, TimeLimitExceeded)  # type: ignore[no-untyped-call]
+
+    def _forgive_freeze(self, frozen_s: float) -> None:
+        """Move every deadline on by the time the whole process stood still.
+
+        Why: ``time.monotonic()`` runs on while the process is stopped (SIGSTOP, a paused VM, a long GC
+        pause), but no actor ran then. Firing at once would interrupt threads that finished their work
+        in the instant after the process woke, and their retries would do it again.
+        """
+        if self._deadlines:
+            self._logger.warning(
+                "This process stood still for %.1f s: the time limits of its %d running actors move on as much.",
+                frozen_s,
+                len(self._deadlines),
+            )
+        for thread_id in self._deadlines:
+            self._deadlines[thread_id] += frozen_s
 
     def arm(self, thread_id: int, limit_s: float) -> None:
         with self._lock:

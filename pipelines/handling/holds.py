@@ -105,7 +105,11 @@ class Holds:
             name = hold.step if hold.step is not None else hold.key
             if name in lost:
                 if not hold.lost.is_set():
-                    logger.error("Lost the lease of %s: another worker claimed it after it lapsed here.", _text(hold))
+                    logger.error(
+                        "Lost the lease of %s: it lapsed here (this process stood still or could not reach the store) "
+                        "and another worker may hold it now.",
+                        _text(hold),
+                    )
                 hold.lost.set()
             elif hold.step not in renewal.ended_steps:
                 hold.lease_end = started + self.lease_s

@@ -1,9 +1,9 @@
 """A worker stopped (SIGSTOP: a VM freeze, a long GC pause) for longer than its time limit, then resumed.
 
-When it resumes, Dramatiq's time limit fires in every thread that was inside an actor: those steps are
-retried. The time limit covers only the actor (it is the last middleware), so a step that had finished
-its actor is recorded, not retried; a step interrupted inside its actor runs again, and its effect,
-keyed by ``current_effect_key()`` as the README shows (``INSERT ... ON CONFLICT (effect_key) DO
+A freeze is not time an actor ran: on waking, the worker moves its time limits on by the time it stood
+still, so an actor that finishes as the process wakes is not interrupted and its key is not released
+for a retry to apply its effect again. Steps whose lease lapsed during the stop may run again; their
+effect, keyed by ``current_effect_key()`` as the README shows (``INSERT ... ON CONFLICT (effect_key) DO
 NOTHING`` into a table whose primary key is the effect key), happens once: a key that changed between
 two runs of a step would show as a row more. Figures are printed (``-s``).
 """
@@ -22,10 +22,12 @@ from pathlib import Path
 
 import dramatiq
 import pytest
+import redis
 
 from pipelines import chain, step
 from pipelines.app import build_app
 from pipelines.config.settings import Settings
+from pipelines.wire.naming import idempotency_record_key
 from tests.support.backends import POSTGRES_URL
 from tests.support.fail_closed.fail_closed_support import Effects
 from tests.support.housekeeping import fresh_namespace, start_process, stop_process
@@ -36,7 +38,7 @@ REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/1
 TIME_LIMIT_S = 3
 LEASE_S = 4
 STOP_S = 8  # longer than the time limit and the lease, shorter than two missed AMQP heartbeats
-STOPS = 3
+STOPS = 2
 CHAINS = 40
 STEPS = 3
 
@@ -66,16 +68,7 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
     tmp_path: Path,
 ) -> None:
     namespace = fresh_namespace()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
-        "PIPELINES_NAMESPACE": namespace,
-        "PIPELINES_BROKER__URL": AMQP_URL,
-        "PIPELINES_STORE__URL": REDIS_URL,
-        "PIPELINES_STORE__STEP_LEASE_S": str(LEASE_S),
-        "PIPELINES_WORKER__TIME_LIMIT_S": str(TIME_LIMIT_S),
-        "PIPELINES_LOGGING__LEVEL": "WARNING",
-        "FC_EFFECTS_TABLE": keyed_effects.table,
-        "FC_POSTGRES_URL": POSTGRES_URL,
-    }
+    env = _worker_env(namespace, keyed_effects.table, PIPELINES_STORE__STEP_LEASE_S=str(LEASE_S))
     settings = Settings.from_values(
         {
             "namespace": namespace,
@@ -90,22 +83,7 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
     try:
         ledger_step = dramatiq.actor(broker=app.broker, actor_name="ledger_step")(_signature)
         runs = [app.start(chain(*[step(ledger_step, f"c{n}")] * STEPS), args=(0,)) for n in range(CHAINS)]
-        with log.open("ab") as out:
-            worker = start_process(
-                [
-                    *(
-                        str(Path(sys.executable).parent / "dramatiq"),
-                        "tests.support.fail_closed.stall_worker",
-                        "--path",
-                        str(ROOT),
-                    ),
-                    *("--processes", "1", "--threads", "8"),
-                ],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=out,
-            )
+        worker = _start_worker(env, log)
         for stop in range(1, STOPS + 1):
             # Stop whenever another slice of the work is done, so every stop lands mid-run.
             share = stop * CHAINS * STEPS // (STOPS + 2)
@@ -135,6 +113,101 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
             stop_process(worker, timeout_s=60)
         app.close()
         delete_namespace(namespace)
+
+
+FROZEN_TIME_LIMIT_S = 8
+FROZEN_S = 20  # longer than the time limit: every actor running when it froze is past its deadline on waking
+KEYED_MESSAGES = 64
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_frozen_past_its_time_limit_runs_no_keyed_message_twice(
+    services: None, delete_namespace: Callable[[str], None], tmp_path: Path
+) -> None:
+    """Frozen mid-batch for 20 s with 8 s time limits, a worker wakes with every actor it was running past
+    its deadline. Those that finish as it wakes have applied their effect: interrupting them would fail
+    the attempt, release the key and run the body again. A freeze is not time an actor ran."""
+    executions = Effects(f"fc_{uuid.uuid4().hex[:12]}")
+    namespace = fresh_namespace()
+    env = _worker_env(
+        namespace, executions.table, PIPELINES_WORKER__TIME_LIMIT_S=str(FROZEN_TIME_LIMIT_S), FC_WORK_S="1"
+    )
+    app = build_app(
+        Settings.from_values({"namespace": namespace, "broker": {"url": AMQP_URL}, "store": {"url": REDIS_URL}})
+    )
+    log = tmp_path / "worker.log"
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        charge = dramatiq.actor(
+            broker=app.broker, actor_name="charge", idempotency_key=lambda order_id: f"charge-{order_id}"
+        )(_charge_signature)
+        for order_id in range(KEYED_MESSAGES):
+            charge.send(order_id)
+        worker = _start_worker(env, log)
+        _wait(partial(_done_at_least, executions, 8), 90, log)  # mid-batch: the threads are all inside actors
+        os.killpg(worker.pid, signal.SIGSTOP)
+        time.sleep(FROZEN_S)  # the freeze itself
+        os.killpg(worker.pid, signal.SIGCONT)
+        # Every key recorded done: from then on a copy of any message is skipped, so the count is final.
+        _wait(partial(_keys_done, namespace), 120, log)
+        counts = executions.counts()
+        print(
+            f"\nfigures: {KEYED_MESSAGES} keyed messages, 8 threads, frozen {FROZEN_S} s with {FROZEN_TIME_LIMIT_S} s "
+            f"time limits: executions {sum(counts.values())}, applied twice {sum(c > 1 for c in counts.values())}, "
+            f"time limits fired {log.read_text(errors='replace').count('Time limit exceeded')}"
+        )
+        assert set(counts) == {f"charge-{order_id}" for order_id in range(KEYED_MESSAGES)}
+        assert [key for key, count in counts.items() if count > 1] == []
+        assert "stood still" in log.read_text(errors="replace")
+    finally:
+        if worker is not None:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGCONT)
+            stop_process(worker, timeout_s=60)
+        app.close()
+        executions.drop()
+        delete_namespace(namespace)
+
+
+def _worker_env(namespace: str, table: str, **overrides: str) -> dict[str, str]:
+    return (
+        {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")}
+        | {
+            "PIPELINES_NAMESPACE": namespace,
+            "PIPELINES_BROKER__URL": AMQP_URL,
+            "PIPELINES_STORE__URL": REDIS_URL,
+            "PIPELINES_WORKER__TIME_LIMIT_S": str(TIME_LIMIT_S),
+            "PIPELINES_LOGGING__LEVEL": "WARNING",
+            "FC_EFFECTS_TABLE": table,
+            "FC_POSTGRES_URL": POSTGRES_URL,
+        }
+        | overrides
+    )
+
+
+def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return start_process(
+            [
+                *(str(Path(sys.executable).parent / "dramatiq"), "tests.support.fail_closed.stall_worker"),
+                *("--path", str(ROOT), "--processes", "1", "--threads", "8"),
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=out,
+        )
+
+
+def _keys_done(namespace: str) -> bool:
+    with redis.Redis.from_url(REDIS_URL) as client:
+        states = client.mget([idempotency_record_key(namespace, f"charge:charge-{n}") for n in range(KEYED_MESSAGES)])
+    return all(state == b"done" for state in states)
+
+
+def _charge_signature(order_id: int) -> None:
+    """The producer's stand-in for the worker's ``charge``."""
+    raise NotImplementedError
 
 
 def _done_at_least(table: Effects, count: int) -> bool:

@@ -44,3 +44,10 @@ def ledger_step(tag: str, value: int) -> int:
         connection.close()
         raise
     return value + 1
+
+
+@dramatiq.actor(broker=app.broker, idempotency_key=lambda order_id: f"charge-{order_id}", max_retries=10)
+def charge(order_id: int) -> None:
+    """A keyed effect: the body runs once per key, each run written to the table (no unique key)."""
+    time.sleep(WORK_S)
+    _connection().execute(f"INSERT INTO {TABLE} (effect_key) VALUES (%s)", (f"charge-{order_id}",))
