@@ -50,7 +50,7 @@ from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
 from pipelines.middleware.payloads import REFUSALS as PAYLOAD_REFUSALS
 from pipelines.store.roles import StepProgress
 from pipelines.wire import option_values as wire_options
-from pipelines.wire.steps import StepAddress
+from pipelines.wire.steps import AddressNotInPlan, StepAddress
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,10 @@ class PipelineSteps(Middleware):
             return
         carried = wire_options.step_result(message.options)
         if carried is not None:
-            self._record(broker, message, address, carried)
+            try:
+                self._record(broker, message, address, carried)
+            except AddressNotInPlan as e:
+                _refuse(message, e)
             raise SkipMessage
         failure = wire_options.step_failure(message.options)
         if failure is not None:
@@ -141,6 +144,9 @@ class PipelineSteps(Middleware):
             claim = self.runtime.claim(message, address)
         except ServiceUnavailable as e:
             put_off_while_store_down(broker, message, e)
+            raise SkipMessage from None
+        except AddressNotInPlan as e:
+            _refuse(message, e)
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
@@ -182,6 +188,8 @@ class PipelineSteps(Middleware):
     def _redrive(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
         try:
             self.runtime.redrive(pipeline_broker(broker), message, address)
+        except AddressNotInPlan as e:
+            _refuse(message, e)
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
             fail_message(message, "could not advance the run")
@@ -218,6 +226,8 @@ class PipelineSteps(Middleware):
                 self.runtime.fail(message, address, exception, final=message.failed, claim=claim)
             else:
                 self._complete(broker, message, address, result, hold)
+        except AddressNotInPlan as e:
+            _refuse(message, e)
         except (ServiceUnavailable, PublishError):
             if exception is not None and not message.failed:
                 # The retry Backoff scheduled claims the step as its next attempt: nothing is stranded.
@@ -311,3 +321,9 @@ class PipelineSteps(Middleware):
         logger.info(
             "Recorded the result %s carried for step %s of run %s.", message.message_id, address.node, address.run_id
         )
+
+
+def _refuse(message: dramatiq.broker.MessageProxy, error: AddressNotInPlan) -> None:
+    """Dead-letter a step message its run's plan does not know: it neither runs nor advances the run."""
+    logger.error("Dead-lettering %s: %s", message.message_id, error)
+    fail_message(message, "malformed message", error)

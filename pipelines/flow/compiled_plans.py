@@ -26,7 +26,7 @@ from pipelines.composition import Node
 from pipelines.errors import UnknownActor
 from pipelines.flow.plan import Plan, compile_plan
 from pipelines.flow.step_messages import StepInput, _check_arguments
-from pipelines.wire.steps import Leaf
+from pipelines.wire.steps import Leaf, frames_json
 
 #: The attribute of a node that holds its compiled plan (nodes are frozen: set with object.__setattr__).
 _ATTRIBUTE = "_compiled_plan"
@@ -65,6 +65,7 @@ class CompiledPlan:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.steps = [(leaf.node, leaf.actor_name) for leaf in plan.leaves]
+        self.frames = {leaf.node: frames_json(leaf.up) for leaf in plan.leaves}
         """(step id, actor name) of every step, in plan order."""
         self.entries = {node: [leaf.node for leaf in leaves] for node, leaves in plan.starts.items()}
         """Chain continuations: step id → ids of the leaves that start there."""

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipelines.composition import Chain, Node, Parallel, Step
-from pipelines.wire.steps import ROOT, Frame, Leaf
+from pipelines.errors import DefinitionError
+from pipelines.wire.steps import MAX_STEP_ID_CHARS, ROOT, Frame, Leaf
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,12 @@ def compile_plan(root: Node) -> Plan:
     """Flatten ``root`` into leaves with ancestor frames, its entry steps and its chain continuations."""
     tree = root if isinstance(root, Chain | Parallel) else Chain((root,))
     leaves = list(_walk(tree, ROOT, ()))
+    deepest = max(leaves, key=lambda leaf: len(leaf.node))
+    if len(deepest.node) > MAX_STEP_ID_CHARS:
+        raise DefinitionError(
+            f"This pipeline nests too deep: step id {deepest.node[:40]}... is over {MAX_STEP_ID_CHARS} characters. "
+            "Flatten nested chains and groups (a chain of chains is one chain)."
+        )
     by_id = {leaf.node: leaf for leaf in leaves}
     starts: dict[str, tuple[Leaf, ...]] = {}
     _collect_starts(tree, ROOT, by_id, starts)

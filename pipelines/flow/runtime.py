@@ -52,10 +52,20 @@ class Runtime(RunStarts):
 
     def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:
         """May this message's step run now? (See :class:`~pipelines.store.base.Claim`.) The step's record
-        names this worker (:func:`~pipelines.context.worker_id`) when it may."""
+        names this worker (:func:`~pipelines.context.worker_id`) when it may.
+
+        Raises:
+            AddressNotInPlan: The message's actor or address is not its run's stored plan's.
+        """
         attempt = wire_options.attempt(message.options)
         return self.store.claim_step(
-            address.run_id, address.node, attempt=attempt, lease_ms=self.lease_ms, worker=worker_id()
+            address.run_id,
+            address.node,
+            attempt=attempt,
+            lease_ms=self.lease_ms,
+            worker=worker_id(),
+            actor=message.actor_name,
+            up=address.up,
         )
 
     def complete(

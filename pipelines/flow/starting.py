@@ -249,6 +249,7 @@ class RunStarts:
             run_id=run_id,
             pipeline=pipeline,
             steps=compiled.steps,
+            frames=compiled.frames,
             starts=starts,
             entries=entries,
             idempotency_key=idempotency_key,

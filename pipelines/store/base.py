@@ -51,6 +51,9 @@ class NewRun:
     and the run's first steps under the root's id, ``plan.ROOT``)."""
     entries: Mapping[str, Sequence[str]]
     """Where steps start: step id → ids of those leaves."""
+    frames: Mapping[str, str] = field(default_factory=dict)
+    """Each step's ancestors (step id → :func:`~pipelines.wire.steps.frames_json`): the plan's truth a
+    step message's address must match to run or to advance the run."""
     idempotency_key: str | None = None
     correlation_id: str | None = None
     deadline_s: float | None = None

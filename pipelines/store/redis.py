@@ -50,7 +50,7 @@ from pipelines.wire.naming import (
     run_id_for_key,
     run_key,
 )
-from pipelines.wire.steps import ROOT, Frame
+from pipelines.wire.steps import ROOT, Frame, frames_json
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
@@ -146,7 +146,11 @@ class RedisRunStore(RedisRecords):
             run.delay_ms,
         ]
         for node, actor in run.steps:
-            args += [node, orjson.dumps({"a": actor, "s": "pending"})]
+            up = run.frames.get(node)
+            args += [
+                node,
+                orjson.dumps({"a": actor, "s": "pending"} if up is None else {"a": actor, "s": "pending", "u": up}),
+            ]
         for node, leaves in run.starts.items():
             args += [node, leaves, " ".join(run.entries[node])]
         return [self._key(run.run_id)], args
@@ -185,8 +189,21 @@ class RedisRunStore(RedisRecords):
             exists = self._redis.exists(self._key(run_id))
         return run_id if exists else None
 
-    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int, worker: str = "") -> Claim:
-        return replies.claim(self._run(self._claim, [self._key(run_id)], [node, lease_ms, attempt, worker]))
+    def claim_step(
+        self,
+        run_id: str,
+        node: str,
+        *,
+        attempt: int,
+        lease_ms: int,
+        worker: str = "",
+        actor: str | None = None,
+        up: Sequence[Frame] | None = None,
+    ) -> Claim:
+        args: list[Any] = [node, lease_ms, attempt, worker]
+        if actor is not None and up is not None:
+            args += [actor, frames_json(up)]
+        return replies.claim(self._run(self._claim, [self._key(run_id)], args), run_id, node)
 
     def complete_step(
         self,
@@ -201,7 +218,7 @@ class RedisRunStore(RedisRecords):
         local_after: str | None = None,
         worker: str = "",
     ) -> Advance:
-        frames = orjson.dumps([f.to_json() for f in up])
+        frames = frames_json(up)
         args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent, _claim(claim), worker]
         if local is not None:
             args += [local.actors, local.lease_ms]
@@ -209,10 +226,10 @@ class RedisRunStore(RedisRecords):
         added = {f"{run_id} {node}": time.time() * 1000 + local.lease_ms + LAPSE_MARGIN_MS} if local else {}
         done = f"{run_id} {local_after}" if local_after is not None else None
         if not added and done is None:
-            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
+            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True), run_id, node)
         if self.replica_wait is not None and is_cluster_url(self._url):  # a cluster waits per primary: alone
             self._index_local(index, added, done)
-            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True))
+            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True), run_id, node)
 
         # The index of local steps is written in the same round trip, before the completion that may claim
         # one: a worker that dies right after the claim has it in the index already.
@@ -224,7 +241,7 @@ class RedisRunStore(RedisRecords):
             self._scripts.queue(pipe, self._complete, [self._key(run_id)], args)
 
         with self._answering():
-            return replies.complete(self._scripts.execute(fill, replicated=True)[-1])
+            return replies.complete(self._scripts.execute(fill, replicated=True)[-1], run_id, node)
 
     def _index_local(self, index: str, added: dict[str, float], done: str | None) -> None:
         with self._answering():

@@ -33,6 +33,7 @@ from pipelines.store.base import (
     StepStatus,
     shown_step_state,
 )
+from pipelines.wire.steps import AddressNotInPlan
 
 #: A runs page's cursor: the creation time (epoch ms) it stopped at, and how many entries at it it passed.
 _CURSOR_TOP, _CURSOR_PASSED = re.compile(r"[0-9]{1,15}"), re.compile(r"[0-9]{1,9}")
@@ -49,8 +50,13 @@ def create(reply: Any) -> tuple[str, bool]:
     return text(run_id), bool(created)
 
 
-def claim(reply: Any) -> Claim:
-    """``claim.lua``: whether the step runs now."""
+def claim(reply: Any, run_id: str, node: str) -> Claim:
+    """``claim.lua``: whether the step runs now.
+
+    Raises:
+        AddressNotInPlan: The message's actor or address is not the stored plan's.
+    """
+    _refuse_outside_plan(reply, run_id, node)
     kind = cast(ClaimKind, text(reply[0]))
     if kind == "run":
         return Claim("run", attempt=int(reply[1]))
@@ -61,8 +67,13 @@ def claim(reply: Any) -> Claim:
     return Claim(kind)
 
 
-def complete(reply: Any) -> Advance:
-    """``complete.lua``: what follows the step; the barrier fields only when it released one."""
+def complete(reply: Any, run_id: str, node: str) -> Advance:
+    """``complete.lua``: what follows the step; the barrier fields only when it released one.
+
+    Raises:
+        AddressNotInPlan: The frames given are not the step's ancestors in the stored plan.
+    """
+    _refuse_outside_plan(reply, run_id, node)
     kind = cast(AdvanceKind, text(reply[0]))
     if kind == "start":
         _, node, value, leaves, *barrier = reply
@@ -99,6 +110,11 @@ def complete(reply: Any) -> Advance:
             chord_wait_ms=wait_ms,
         )
     return Advance(kind)
+
+
+def _refuse_outside_plan(reply: Any, run_id: str, node: str) -> None:
+    if text(reply[0]) == "malformed":
+        raise AddressNotInPlan(run_id, node, text(reply[1]))
 
 
 def _barrier(released: Any, links: Any, wait_ms: Any) -> tuple[tuple[str, ...], int | None]:

@@ -69,12 +69,26 @@ class RunSteps(RunStates, Protocol):
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
         """:meth:`create_run` for several runs, in one round trip."""
 
-    def claim_step(self, run_id: str, node: str, *, attempt: int, lease_ms: int, worker: str = "") -> Claim:
+    def claim_step(
+        self,
+        run_id: str,
+        node: str,
+        *,
+        attempt: int,
+        lease_ms: int,
+        worker: str = "",
+        actor: str | None = None,
+        up: Sequence[Frame] | None = None,
+    ) -> Claim:
         """Mark a step running under a lease, unless it must not run now (see :class:`Claim`).
 
         ``attempt`` is the message's own attempt number (1 + Dramatiq's retries): a newer attempt of a
         step still marked running is the retry of that step, not a duplicate. ``worker`` (``host:pid/thread``)
         is recorded as the step's worker when the claim succeeds; the latest attempt's stays shown.
+        ``actor`` and ``up`` are what a message says of its step: given, they must be the stored plan's.
+
+        Raises:
+            AddressNotInPlan: The message's actor or ancestors are not the stored plan's (nothing changes).
         """
 
     def complete_step(

@@ -12,10 +12,13 @@ the composition or the app, so the store, the broker and the middleware can use 
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
 
 from pipelines import options as opt
 from pipelines.wire.codec import MalformedMessage
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
 
 #: The id of the root node; every other id extends it.
 ROOT = "0"
+#: The longest step id a message may carry (a plan nested deeper is refused when it is defined).
+MAX_STEP_ID_CHARS = 1000
+_STEP_ID = re.compile(r"0(?:\.(?:0|[1-9][0-9]*))*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +47,36 @@ class Frame:
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Frame:
+        """A frame as a message carries it; nothing is converted: a wrong type or range is refused.
+
+        Raises:
+            ValueError: It is not ``[kind, node, index, count]`` with ``0 <= index < count``.
+        """
         if not isinstance(data, list | tuple) or len(data) != 4:
             raise ValueError(f"a frame is a list of four items, not {data!r:.100}")
         kind, node, index, count = data
         if kind not in ("c", "p"):
-            raise ValueError(f"unknown frame kind {kind!r}")
-        return cls(kind, str(node), int(index), int(count))
+            raise ValueError(f"unknown frame kind {kind!r:.50}")
+        if not _is_step_id(node):
+            raise ValueError(f"a frame's node is a step id such as '0.1', not {node!r:.100}")
+        if not (_is_int(index) and _is_int(count) and 0 <= index < count):
+            raise ValueError(
+                f"a frame's index and count are integers with 0 <= index < count, not {index!r:.50}, {count!r:.50}"
+            )
+        return cls(kind, node, index, count)
+
+
+def frames_json(up: Iterable[Frame]) -> str:
+    """A step's ancestors as the run store keeps them and compares them with a message's: one spelling."""
+    return orjson.dumps([f.to_json() for f in up]).decode()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_step_id(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_STEP_ID_CHARS and _STEP_ID.fullmatch(value) is not None
 
 
 #: Each thread's last parsed ``pipeline_step`` option and its address (see :meth:`StepAddress.of`).
@@ -58,6 +88,15 @@ class MalformedStepAddress(MalformedMessage):
 
     def __init__(self, value: object, why: str) -> None:
         super().__init__(f"option {opt.STEP!r} is not a step address ({why}): {value!r:.200}")
+        self.option = opt.STEP
+
+
+class AddressNotInPlan(MalformedMessage):
+    """A step message whose address or actor does not match its run's stored plan: it is not run, and
+    it cannot advance the run (a tampered or foreign message)."""
+
+    def __init__(self, run_id: str, node: str, why: str) -> None:
+        super().__init__(f"step {node!r:.100} of run {run_id!r:.100} does not match the run's plan: {why}")
         self.option = opt.STEP
 
 
@@ -83,8 +122,10 @@ class StepAddress:
         if not isinstance(value, dict):
             raise MalformedStepAddress(value, "not an object")
         run_id, node, up = value.get("run"), value.get("node"), value.get("up")
-        if not (isinstance(run_id, str) and run_id and isinstance(node, str) and node):
-            raise MalformedStepAddress(value, "'run' and 'node' must be non-empty strings")
+        if not (isinstance(run_id, str) and run_id and len(run_id) <= MAX_STEP_ID_CHARS):
+            raise MalformedStepAddress(value, "'run' must be a non-empty string")
+        if not (isinstance(node, str) and _is_step_id(node)):
+            raise MalformedStepAddress(value, "'node' must be a step id such as '0.1'")
         if not isinstance(up, list):
             raise MalformedStepAddress(value, "'up' must be a list of frames")
         try:

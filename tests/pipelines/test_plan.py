@@ -12,6 +12,7 @@ from pipelines import options as opt
 from pipelines.composition import Chain, Node, Parallel, Step
 from pipelines.context import MessageContext
 from pipelines.dead_letters.reasons import reason_for
+from pipelines.errors import DefinitionError
 from pipelines.flow.plan import Plan, compile_plan
 from pipelines.wire.codec import MalformedMessage
 from pipelines.wire.steps import ROOT, Frame, Leaf, MalformedStepAddress, StepAddress
@@ -129,7 +130,35 @@ def test_a_frame_survives_json(frame: Frame) -> None:
 
 def test_a_frame_is_a_compact_json_list() -> None:
     assert Frame("p", "0.1", 1, 3).to_json() == ["p", "0.1", 1, 3]
-    assert Frame.from_json(["p", 0, "1", "3"]) == Frame("p", "0", 1, 3)
+    assert Frame.from_json(["p", "0.1", 1, 3]) == Frame("p", "0.1", 1, 3)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        ["p", 0, 1, 3],  # a number as node id
+        ["p", "0", "1", 3],  # index as text
+        ["p", "0", 1, "3"],  # count as text
+        ["p", "0", 0.9, 3],  # a fraction
+        ["p", "0", True, 3],  # a boolean is not an index
+        ["p", "0", 3, 3],  # index past count
+        ["p", "0", -1, 3],
+        ["p", {"id": "0"}, 0, 3],  # an object as node id
+        ["p", "0.01", 0, 3],  # not a step id
+        ["p", "0." + "1" * 1000, 0, 3],  # longer than any step id
+    ],
+)
+def test_a_frame_is_taken_as_sent_or_refused_never_converted(frame: list[object]) -> None:
+    with pytest.raises(ValueError, match="a frame's"):
+        Frame.from_json(frame)
+
+
+def test_a_pipeline_nested_past_the_longest_step_id_is_refused_when_defined() -> None:
+    deep: Node = Step("charge", "billing", (), {}, {})
+    for _ in range(600):
+        deep = Chain((deep, Step("charge", "billing", (), {}, {})))
+    with pytest.raises(DefinitionError, match="nests too deep"):
+        compile_plan(deep)
 
 
 def test_a_frame_of_an_unknown_kind_is_rejected() -> None:

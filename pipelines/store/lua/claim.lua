@@ -1,14 +1,18 @@
 -- Claim a step for this worker under a lease, unless it must not run now.
 -- KEYS[1] run key; ARGV: step id, lease_ms, the message's attempt number
 -- (a newer attempt than the one holding the lease is that attempt's retry, not a duplicate),
--- the worker claiming it (host:pid/thread; kept as the step's worker, '' records none)
+-- the worker claiming it (host:pid/thread; kept as the step's worker, '' records none),
+-- then, for a message's claim, the message's actor and its step's ancestors (frames json) as it carries them
 -- Returns {'run', attempt} | {'done'} | {'stopped', run_status} | {'busy', wait_ms} | {'missing'}
+--       | {'malformed', why}: the message's actor or address is not the stored plan's (nothing changes)
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if not status then return {'missing'} end
 local raw = redis.call('HGET', run .. ':steps', ARGV[1])
 if not raw then return {'missing'} end
 local step = cjson.decode(raw)
+if ARGV[5] and ARGV[5] ~= step.a then return {'malformed', 'it is a step of ' .. tostring(step.a) .. ', not of ' .. ARGV[5]} end
+if ARGV[6] and step.u and ARGV[6] ~= step.u then return {'malformed', 'its ancestors are not the plan\'s ' .. step.u} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = tonumber(redis.call('HGET', run, 'deadline_at') or '0')
