@@ -240,6 +240,9 @@ class Metrics(Middleware):
     def step_lost(self, actor: str) -> None:
         self._metric("steps_lost").labels(actor).inc()
 
+    def middleware_failed(self, middleware: str, hook: str) -> None:
+        self._metric("middleware_failures").labels(middleware, hook).inc()
+
     def chord_released(self, pipeline: str, wait_s: float) -> None:
         self._metric("chord_wait").labels(pipeline).observe(wait_s)
 
@@ -313,6 +316,9 @@ def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
             "pipelines_steps_lost",
             "Step attempts that ended after their lease lapsed and the step was claimed again (not recorded).",
             ["actor"],
+        ),
+        "middleware_failures": counter(
+            "pipelines_middleware_failures", "Hooks of observational middleware that raised.", ["middleware", "hook"]
         ),
         "partition_lag": Histogram(
             "pipelines_partition_lag_seconds",

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         UnknownPipeline,
         Unroutable,
     )
+    from pipelines.handling.guards import observational
     from pipelines.priority import DEFAULT_PRIORITY, HIGH_PRIORITY, LOW_PRIORITY
     from pipelines.progress import check_cancelled, report_progress
     from pipelines.runs import Run
@@ -117,6 +118,7 @@ __all__ = [
     "for_each",
     "group",
     "load_settings",
+    "observational",
     "publish",
     "publish_async",
     "report_progress",
@@ -141,6 +143,7 @@ _MODULES = {
     "pipelines.config.settings": ("Settings", "load_settings"),
     "pipelines.context": ("correlation", "current_correlation_id"),
     "pipelines.effects": ("NoEffectKey", "current_effect_key"),
+    "pipelines.handling.guards": ("observational",),
     "pipelines.dead_letters.queues": ("DeadLetter", "DeadLetterQueues"),
     "pipelines.errors": (
         "BrokerAccessRefused",

@@ -13,7 +13,7 @@ from pipelines import options as opt
 from pipelines.config.sections import BrokerConfig
 from pipelines.dead_letters.reasons import DeadLetterPublisher
 from pipelines.errors import DefinitionError, MessageTooLarge
-from pipelines.handling.guards import after_failed, fails_open, refuse
+from pipelines.handling.guards import after_failed, fails_open, guards_silently, observed_failure, refuse
 from pipelines.priority import refuse_broker_priority
 from pipelines.profiles.kinds import profile_of
 from pipelines.wire import naming
@@ -204,7 +204,10 @@ class HookDispatch:
             except MiddlewareError:
                 raise
             except Exception as e:
-                if signal != "process_message" or fails_open(hook):
+                if signal == "process_message" and fails_open(hook):
+                    self._observed(hook, "before_" + signal, e)
+                    continue
+                if signal != "process_message":
                     self.logger.critical("Unexpected failure in before_%s of %r.", signal, hook, exc_info=True)
                     continue
                 refuse(cast(dramatiq.Broker, self), args[0], hook, e)
@@ -217,9 +220,25 @@ class HookDispatch:
             except Exception as e:
                 if signal == "process_message" and not fails_open(hook):
                     after_failed(args[0], hook, e)
+                elif signal == "process_message":
+                    self._observed(hook, "after_" + signal, e)
                 else:
                     self.logger.critical("Unexpected failure in after_%s of %r.", signal, hook, exc_info=True)
 
+    def _observed(self, hook: Any, name: str, error: Exception) -> None:
+        """An observational hook failed: logged, and counted by any middleware that counts failures."""
+        observed_failure(hook, name, error)
+        for middleware in self.middleware:
+            count = getattr(middleware, "middleware_failed", None)
+            if count is not None:
+                count(type(hook.__self__).__name__, name)
+
     def add_middleware(self, middleware: dramatiq.Middleware, **kwargs: Any) -> None:
+        if guards_silently(middleware):
+            self.logger.info(
+                "Middleware %s guards every message: if one of its hooks raises, the message is dead-lettered. "
+                "Mark it @pipelines.observational if it only observes (its errors are then logged and counted).",
+                type(middleware).__name__,
+            )
         self.__dict__.pop("_hook_cache", None)
         super().add_middleware(middleware, **kwargs)  # type: ignore[misc]

@@ -1,7 +1,8 @@
 """What happens to a message when a hook that guards a guarantee fails instead of deciding.
 
 Only observability may fail open: a middleware whose class sets ``fails_open = True`` (tracing,
-metrics, the correlation id's log context) has its errors logged and the message goes on. Any other
+metrics, the correlation id's log context, and a user's own middleware marked with
+:func:`observational`) has its errors logged and counted, and the message goes on. Any other
 ``before_process_message`` that raises (a claim, an idempotency key, a payload check, a lease, a
 schedule, Dramatiq's own time limit or age limit, a user's middleware) means the actor does not run:
 the message is put off when the cause is transient (the run store or the broker did not answer, or
@@ -14,7 +15,7 @@ its bookkeeping had been done.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 import dramatiq
 
@@ -26,6 +27,32 @@ logger = logging.getLogger(__name__)
 
 #: Errors that say "not now" rather than "never": the message is put off, not dead-lettered.
 TRANSIENT: tuple[type[BaseException], ...] = (ServiceUnavailable, TimeoutError, ConnectionError)
+
+
+M = TypeVar("M", bound=type[dramatiq.Middleware])
+
+
+def observational(middleware: M) -> M:
+    """Mark a middleware class as observability (logging, error reporting, metrics): when one of its hooks
+    raises, the error is logged and counted (``pipelines_middleware_failures_total``) and the message goes
+    on. Unmarked, a middleware guards a guarantee: a message whose ``before_process_message`` raises is not
+    run but dead-lettered with the error (put off when the cause is transient)."""
+    middleware.fails_open = True  # type: ignore[attr-defined]
+    return middleware
+
+
+def observed_failure(hook: Any, signal: str, error: Exception) -> None:
+    """Log the failure of an observational middleware's hook; the message goes on."""
+    logger.error("%s failed in %s (observational: the message goes on).", _name(hook), signal, exc_info=error)
+
+
+def guards_silently(middleware: dramatiq.Middleware) -> bool:
+    """Whether a user's middleware hooks into message handling without saying whether it guards or observes:
+    it then fails closed, which Dramatiq's users do not expect (the broker says so once, when it is added)."""
+    own = type(middleware).__module__.split(".")[0] in ("pipelines", "dramatiq", "periodiq")
+    hooks = ("before_process_message", "after_process_message", "after_skip_message")
+    overrides = any(getattr(type(middleware), h) is not getattr(dramatiq.Middleware, h) for h in hooks)
+    return not own and overrides and not getattr(middleware, "fails_open", False)
 
 
 def fails_open(hook: Any) -> bool:

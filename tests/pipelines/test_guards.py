@@ -9,12 +9,16 @@ on each, most of it the put-off message's wait.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dramatiq
+import pytest
 
+import pipelines
 from pipelines.app import App
 from pipelines.errors import StoreUnavailable
+from pipelines.middleware import Metrics
 from tests.support.backends import Backend
 from tests.support.fixtures import MakeApp, Observe, StartWorker
 
@@ -133,3 +137,54 @@ def test_only_observability_fails_open(
     assert ran == [4]
     assert observer.dead_lettered == {}
     assert app.dead_letters.list() == []
+
+
+@pipelines.observational
+class ErrorReporter(Guard):
+    """A user's own error reporting, marked observational: it must never stop a message."""
+
+
+def test_a_users_middleware_marked_observational_that_raises_is_logged_and_counted_and_the_actor_runs(
+    backend: Backend,
+    make_app: MakeApp,
+    start_worker: StartWorker,
+    observe: Observe,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = make_app(metrics={"enabled": True, "multiprocess": False})
+    metrics = next(m for m in app.broker.middleware if isinstance(m, Metrics))
+    metrics._setup()
+    observer = observe(app)
+    ran: list[int] = []
+    charge = declare(app, ran)
+    failing = RuntimeError("the error tracker is down")
+    with caplog.at_level(logging.INFO, logger="dramatiq"):
+        app.broker.add_middleware(ErrorReporter(before=failing, after=failing, times=2))
+    assert "ErrorReporter guards" not in caplog.text  # marked: nothing to warn of
+    start_worker(app)
+
+    charge.send(5)
+    observer.wait_handled("charge", 1)
+
+    assert ran == [5]
+    assert app.dead_letters.list() == []
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR and "ErrorReporter failed" in r.getMessage()]
+    assert sorted(r.getMessage().split()[3] for r in logged) == ["after_process_message", "before_process_message"]
+    counts = {
+        hook: metrics.registry.get_sample_value(
+            "pipelines_middleware_failures_total", {"middleware": "ErrorReporter", "hook": hook}
+        )
+        for hook in ("before_process_message", "after_process_message")
+    }
+    assert counts == {"before_process_message": 1.0, "after_process_message": 1.0}
+
+
+def test_a_users_middleware_that_does_not_say_it_observes_is_told_once_that_it_guards_every_message(
+    backend: Backend, make_app: MakeApp, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    with caplog.at_level(logging.INFO, logger="dramatiq"):
+        app.broker.add_middleware(Guard())
+    [told] = [r for r in caplog.records if "guards every message" in r.getMessage()]
+    assert told.levelno == logging.INFO
+    assert "Mark it @pipelines.observational" in told.getMessage()
