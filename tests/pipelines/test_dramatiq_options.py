@@ -181,8 +181,8 @@ def test_a_pipeline_step_past_its_max_age_fails_its_run_naming_the_step(
     calls = Recorded()
     slow_to_start = dramatiq.actor(actor_name="slow_to_start", broker=app.broker, max_age=max_age_ms)(calls.add)
 
-    sent_ms = current_millis()
     run = app.start(step(slow_to_start, 1))
+    sent_ms = current_millis()  # published by now: its stamp is no later (declaring the topology is not its age)
     while current_millis() < sent_ms + 2 * max_age_ms:  # its message is past its age before any worker runs
         time.sleep(0.01)
     start_worker(app)
