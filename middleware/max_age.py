@@ -1,7 +1,8 @@
 """Dramatiq's ``AgeLimit``, with a dead letter that says why: a message older than its ``max_age`` does not run.
 
 As in Dramatiq, the age counts from when the message was first sent (its ``message_timestamp``, which a
-retry keeps, so the waits between retries count too) to when a worker takes it, and ``max_age`` (ms)
+retry keeps, so the waits between retries count too; moved forward by the time a producer's first publish
+spends declaring the topology) to when a worker takes it, and ``max_age`` (ms)
 comes from the message, else the actor. A message past it is failed without running: dead-lettered
 once with the reason ``max age exceeded`` and its age in the error (Dramatiq's went to ``.XQ`` with no
 reason). A pipeline step's run fails there, naming the step (``PipelineSteps``). A replayed dead

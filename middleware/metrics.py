@@ -145,6 +145,10 @@ class Metrics(Middleware):
     def _setup(self) -> dict[str, Any]:
         with self._ready:
             if not self.instruments:
+                # Multiprocess mode writes every sample to a file there: a folder named but not made yet
+                # (a scheduler's, whose variable no worker has acted on) is made, as workers make theirs.
+                if os.environ.get(MULTIPROC_ENV):
+                    Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)
                 from prometheus_client import CollectorRegistry
 
                 self.registry = self._registry or CollectorRegistry()

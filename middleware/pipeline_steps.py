@@ -34,6 +34,7 @@ from pipelines.errors import (
     PipelinesError,
     PublishError,
     ResultTooLarge,
+    RunNotInStore,
     ServiceUnavailable,
     error_name,
 )
@@ -164,7 +165,11 @@ class PipelineSteps(Middleware):
                 address.run_id,
                 message.message_id,
             )
-            fail_message(message, "run or step not in the run store")
+            error = RunNotInStore(
+                f"Step {address.node} of run {address.run_id} is not in the run store: the run expired, was never "
+                "created, or the store lost its data. Start the run again."
+            )
+            fail_message(message, "run or step not in the run store", error)
         else:
             logger.info("Skipping step %s: run %s is %s.", address.node, address.run_id, claim.run_state)
         raise SkipMessage

@@ -17,6 +17,7 @@ PipelinesError
 ├── ResultTooLarge         a step returned more than store.max_result_bytes
 ├── ClaimLost              a step's lease lapsed and another worker claimed it: this attempt's end is not recorded
 ├── MaxAgeExceeded         a message waited past its max_age (the error of its dead letter)
+├── RunNotInStore          a step's run or step is not in the run store (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
@@ -129,6 +130,11 @@ class ClaimLost(PipelinesError):
 
 class MaxAgeExceeded(PipelinesError):
     """A message was older than its ``max_age`` when a worker took it: dead-lettered instead of run."""
+
+
+class RunNotInStore(PipelinesError):
+    """A step's message names a run or step the run store does not hold (expired, never created, or the
+    store lost its data): dead-lettered instead of run."""
 
 
 class DeadLetterError(PipelinesError):

@@ -13,10 +13,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import dramatiq
 import pytest
 import redis
 
+from pipelines import step
 from pipelines.store import RedisRunStore
+from tests.support.backends import only_on
+from tests.support.fixtures import MakeApp, StartWorker
 from tests.support.housekeeping import fresh_namespace, start_process, stop_process
 from tests.support.stuck_servers import StuckServer
 
@@ -562,3 +566,53 @@ def test_queues_and_topology_print_json_too(env: dict[str, str]) -> None:
     assert "order_fulfilment" in topology["pipelines"]
     assert {"name": f"{namespace}.work", "type": "topic"} in topology["exchanges"]
     assert config["namespace"] == namespace
+
+
+#: Error texts an actor wrote, bracketed as rich markup would read them (a tag that closes nothing, a tag).
+WRITTEN = ["got [/x]", "raise timeout_s (timeout_s, or [worker] time_limit_s)"]
+#: An actors module for the CLI, declaring the actor a test's worker runs (PYTHONPATH names its folder).
+WRITTEN_ACTORS = """
+import dramatiq
+from pipelines.app import configure
+
+app = configure()
+dramatiq.actor(actor_name="writes", broker=app.broker)(lambda text: None)
+"""
+
+
+@only_on("rabbitmq")
+def test_what_an_actor_wrote_is_shown_as_written_by_every_command(
+    make_app: MakeApp, start_worker: StartWorker, namespaces: Callable[[], str], tmp_path: Path
+) -> None:
+    app = make_app(namespace=namespaces())  # whatever the CLI declares there is deleted too
+
+    @dramatiq.actor(actor_name="writes", broker=app.broker)
+    def writes(text: str) -> None:
+        raise ValueError(text)
+
+    start_worker(app)
+    runs = [app.start(step(writes, text), name=f"[bold]{n}") for n, text in enumerate(WRITTEN)]
+    for run in runs:
+        assert run.wait(timeout_s=TIMEOUT_S).state == "failed"
+    (tmp_path / "written.py").write_text(WRITTEN_ACTORS)
+    env = environment(app.settings.namespace, PIPELINES_APP__ACTORS="written", PYTHONPATH=str(tmp_path))
+    for _ in WRITTEN:
+        wait_for_dead_letter(env, "writes")
+    letters = json.loads(pipelines(env, "dlq", "list", "--json").stdout)
+
+    shown = [pipelines(env, "dlq", "show", letter["id"]) for letter in letters]
+    listed = pipelines(env, "dlq", "list")
+    found = pipelines(env, "runs")
+    statuses = [pipelines(env, "status", run.id) for run in runs]
+    top = pipelines(env, "top", "--once")
+
+    for result in [*shown, listed, found, *statuses, top]:
+        assert (result.returncode, result.stderr) == (0, "")
+    for text in WRITTEN:
+        assert sum(text in result.stdout for result in shown) == 1
+        assert f"ValueError: {text}" in listed.stdout
+        assert f"ValueError: {text}" in found.stdout
+        assert sum(f"ValueError: {text}" in result.stdout for result in statuses) == 1
+    for n in range(len(WRITTEN)):
+        assert f"[bold]{n}" in found.stdout
+        assert f"[bold]{n}" in top.stdout

@@ -1,7 +1,8 @@
 """`pipelines top`: a live terminal view of queues, rates, errors and recent runs, for people without Grafana.
 
 Queue depths come from RabbitMQ, recent runs from the run store, and rates from the worker's metrics
-port when ``[metrics] enabled`` (differences between two refreshes).
+port when ``[metrics] enabled`` (differences between two refreshes). Names are shown as written, never
+read as markup.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipelines.app import App
+from pipelines.cli.output import safe_text
 from pipelines.observability.metrics_dir import NAMESPACE_LABEL
 
 #: Recent runs shown.
@@ -85,10 +87,10 @@ def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s:
     topology = app.broker.topology
     for actor, queue in sorted(topology.actor_queues.items(), key=lambda item: item[1]):
         rate, error = _rates(actor, previous, current, elapsed_s)
-        queues.add_row(queue, shown(queue), shown(f"{queue}.dead"), rate, error)
+        queues.add_row(safe_text(queue), shown(queue), shown(f"{queue}.dead"), rate, error)
         partitions = [q for q in topology.consume_queues.get(actor, ()) if q != queue]
         for partition in partitions:  # an ordered actor: one queue per partition, each in order
-            queues.add_row(f"  {partition.removeprefix(queue)}", shown(partition), "", "", "")
+            queues.add_row(safe_text(f"  {partition.removeprefix(queue)}"), shown(partition), "", "", "")
     runs = Table(box=None, pad_edge=False, header_style="bold")
     runs.add_column("recent run", no_wrap=True)
     runs.add_column("pipeline", no_wrap=True, max_width=24)
@@ -100,7 +102,8 @@ def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s:
         if status is not None:
             steps = f"{status.count('succeeded')}/{len(status.steps)}"
             state = Text(status.state, style=STATE_STYLES.get(status.state, ""))
-            runs.add_row(run_id, status.pipeline, state, steps, f"{status.duration_s or 0:.2f}")
+            # A pipeline's name is data (a caller's ``name=``): shown as written, never read as markup.
+            runs.add_row(run_id, safe_text(status.pipeline), state, steps, f"{status.duration_s or 0:.2f}")
     title = Text(f"rabbit-pipelines  namespace {app.settings.namespace}  {time.strftime('%H:%M:%S')}", style="bold")
     parts: list[Text | Table] = [title, Text(""), queues, Text(""), runs]
     if current is None:

@@ -159,6 +159,8 @@ class RedisRunStore(RedisRecords):
         return self.create_runs([run])[0]
 
     def create_runs(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        if not runs:  # nothing to index: an empty ZADD is an error, not a no-op
+            return []
         arguments = [self._create_arguments(run) for run in runs]
 
         def fill(pipe: Any) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import dramatiq
@@ -17,10 +19,13 @@ from pipelines import chain, chord, for_each
 from pipelines.app import App
 from pipelines.config.sections import MetricsConfig
 from pipelines.middleware import Metrics
+from tests.support.backends import AMQP_URL, REDIS_URL
 from tests.support.fixtures import MakeApp, Observe, StartWorker
+from tests.support.housekeeping import start_process, stop_process
 from tests.support.ports import free_port
 
 TIMEOUT_S = 30
+BIN = Path(sys.executable).parent
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -189,3 +194,55 @@ def test_each_dramatiq_command_gets_its_own_directory_and_removes_those_of_exite
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted([live.name, "unrelated"])
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(live))  # as a worker process sets it
     assert metrics_root(MetricsConfig()) == tmp_path
+
+
+#: A scheduled job's module for `pipelines scheduler` (PYTHONPATH names its folder).
+SCHEDULED = """
+import dramatiq
+from periodiq import cron
+from pipelines.app import configure
+
+app = configure()
+broker = app.broker
+dramatiq.actor(actor_name="minutely", broker=broker, periodic=cron("* * * * *"))(lambda: None)
+"""
+
+
+def test_a_scheduler_whose_metrics_folder_does_not_exist_yet_creates_it_and_serves(
+    namespaces: Callable[[], str], tmp_path: Path
+) -> None:
+    (tmp_path / "scheduled.py").write_text(SCHEDULED)
+    folder = tmp_path / "not-yet" / "metrics"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINES_")} | {
+        "PIPELINES_NAMESPACE": namespaces(),
+        "PIPELINES_BROKER__URL": AMQP_URL,
+        "PIPELINES_STORE__URL": REDIS_URL,
+        "PIPELINES_METRICS__ENABLED": "true",
+        "PIPELINES_METRICS__PORT": str(port),
+        "PROMETHEUS_MULTIPROC_DIR": str(folder),
+        "PYTHONPATH": str(tmp_path),
+    }
+    log_path = tmp_path / "scheduler.log"
+    with log_path.open("ab") as log:
+        scheduler = start_process([str(BIN / "pipelines"), "scheduler", "scheduled"], env=env, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while (status := healthz(port)) is None and scheduler.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # another process's port: nothing to subscribe to
+    finally:
+        stop_process(scheduler, timeout_s=TIMEOUT_S)
+
+    text = log_path.read_text()
+    assert status == 200, text[-2000:]
+    assert folder.is_dir()
+    assert "Traceback" not in text
+
+
+def healthz(port: int) -> int | None:
+    """The status of the scheduler's /healthz (None while nothing answers on ``port``)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return int(response.status)
+    except OSError:
+        return None

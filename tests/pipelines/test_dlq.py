@@ -13,6 +13,7 @@ import pytest
 from pipelines import CannotReplay, DeadLetterError, DeadLetterNotFound, chain, correlation, step
 from pipelines.app import App
 from pipelines.broker import ExchangeBroker
+from pipelines.store.redis import RedisRunStore
 from tests.support.backends import Backend, only_on
 from tests.support.fixtures import MakeApp, Observe, StartWorker
 
@@ -72,6 +73,24 @@ def test_a_failed_step_is_dead_lettered_with_every_detail_of_why(
     assert letter.message is not None
     assert letter.message.args == (5, 30)
     assert app.dead_letters.show(letter.id).reason == reason
+
+
+def test_a_step_whose_run_the_store_lost_is_dead_lettered_as_run_not_in_store(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    price, _, _ = declare_billing(app, {"bill": False})
+    run = app.start(step(price, 3))
+    assert isinstance(app.store, RedisRunStore)
+    app.store.delete_namespace()  # the store loses its data while the step waits in its queue
+
+    start_worker(app)
+    observer.wait_dead_lettered("price", 1)
+
+    [letter] = app.dead_letters.list("price")
+    assert (letter.reason.reason, letter.reason.error_type) == ("run or step not in the run store", "RunNotInStore")
+    assert f"of run {run.id} is not in the run store" in (letter.reason.error or "")
 
 
 def test_replaying_a_fixed_step_completes_its_original_run_once(

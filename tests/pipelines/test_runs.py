@@ -440,3 +440,9 @@ def test_many_runs_start_together_and_each_completes(
     assert [run.result(timeout_s=TIMEOUT_S) for run in runs] == [(n + 1) * 2 for n in range(20)]
     assert {run.status().pipeline for run in runs} == {"bulk"}
     assert len({run.id for run in runs}) == 20
+
+
+def test_starting_no_runs_starts_none(make_app: MakeApp) -> None:
+    app = make_app()
+
+    assert app.start_many([]) == []

@@ -194,7 +194,11 @@ class ExchangeBroker(HookDispatch, QueueInspection, RabbitmqBroker):
             Unroutable: No queue is bound for a message's routing key (no such actor or subscriber).
             BrokerUnavailable: RabbitMQ did not answer after ``MAX_PUBLISH_ATTEMPTS`` connections.
         """
+        declaring_from = current_millis()
         self.ensure_topology()
+        declared_ms = current_millis() - declaring_from
+        if declared_ms:  # a first publish declares the topology: that wait is not the messages' age
+            messages = [m.copy(message_timestamp=m.message_timestamp + declared_ms) for m in messages]
         topology = self.topology
         sent: list[tuple[dramatiq.Message[Any], int | None]] = []
         batch: list[Outgoing] = []

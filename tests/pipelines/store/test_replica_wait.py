@@ -9,15 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import orjson
 import pytest
-import redis
 
 from pipelines.config.sections import StoreConfig
 from pipelines.store import NewRun, RedisRunStore, make_store
@@ -25,8 +22,8 @@ from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.waited_sends import send_waiting
 from pipelines.wire.naming import run_key
 from pipelines.wire.steps import Frame
-from tests.support.housekeeping import fresh_namespace, start_process, stop_process
-from tests.support.ports import free_port
+from tests.support.housekeeping import fresh_namespace
+from tests.support.redis_servers import Server
 
 NewChord = Callable[..., NewRun]
 #: The wait of a store whose replica is stopped: what it costs is asserted.
@@ -35,44 +32,6 @@ WAIT_MS = 300
 #: limit costs nothing, and a replica slowed by a busy machine is not counted short.
 PATIENT_WAIT_MS = 10_000
 LEASE_MS = 60_000
-#: Longest a server started here may take to answer, or a replica to be in sync.
-START_S = 20.0
-
-
-class Server:
-    """A ``redis-server`` on a port of its own, keeping nothing on disk."""
-
-    def __init__(self, directory: Path, *options: str) -> None:
-        self.port = free_port()
-        directory.mkdir()
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
-        self.process = start_process([*command, "no", "--dir", str(directory), *options], stdout=subprocess.DEVNULL)
-        self.client = redis.Redis(port=self.port)
-        self.await_condition(self._answers, "to answer")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def _answers(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except redis.ConnectionError:
-            return False
-
-    def await_condition(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + START_S
-        while not condition():
-            assert time.monotonic() < deadline, f"redis-server on {self.port} did not come {what} in {START_S} s"
-            time.sleep(0.05)
-
-    def waits(self) -> int:
-        """How many WAITs this server has served."""
-        return int(self.client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
-
-    def stop(self) -> None:
-        self.client.close()
-        stop_process(self.process, timeout_s=5)
 
 
 @pytest.fixture(scope="module")
