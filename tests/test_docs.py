@@ -78,3 +78,12 @@ def test_every_example_is_included_by_a_page(example: Path) -> None:
     include = f'--8<-- "{example.relative_to(DOCS)}"'
 
     assert any(include in page.read_text() for page in PAGES), f"no page includes {example.relative_to(ROOT)}"
+
+
+def test_the_readmes_shop_is_the_example_getting_started_runs() -> None:
+    section = README.read_text().split("\n## Your own project\n", 1)[1].split("\n## ", 1)[0]
+    shown = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    example = (DOCS / "examples" / "shop.py").read_text()
+
+    assert shown is not None
+    assert example.startswith(shown.group(1)), "README's shop.py differs from docs/examples/shop.py"

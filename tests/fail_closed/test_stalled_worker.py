@@ -3,7 +3,7 @@
 When it resumes, Dramatiq's time limit fires in every thread that was inside an actor: those steps are
 retried. The time limit covers only the actor (it is the last middleware), so a step that had finished
 its actor is recorded, not retried; a step interrupted inside its actor runs again, and its effect,
-keyed by ``current_effect_key()`` as the README shows (``INSERT ... ON CONFLICT (effect_key) DO
+keyed by ``current_effect_key()`` as the docs show (``INSERT ... ON CONFLICT (effect_key) DO
 NOTHING`` into a table whose primary key is the effect key), happens once: a key that changed between
 two runs of a step would show as a row more. Figures are printed (``-s``).
 """
@@ -43,7 +43,7 @@ STEPS = 3
 
 @pytest.fixture
 def keyed_effects() -> Iterator[Effects]:
-    """The README's table of effects, whose primary key is the effect key (``fc_<random>``)."""
+    """The docs' table of effects, whose primary key is the effect key (``fc_<random>``)."""
     table = Effects(f"fc_{uuid.uuid4().hex[:12]}", keyed=True)
     yield table
     table.drop()
