@@ -35,7 +35,7 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 def reference() -> str:
     """Every section's table, top-level keys first."""
     top = [(name, field) for name, field in Settings.model_fields.items() if not _is_section(field)]
-    parts = ["## Top-level keys", "", *_table(top, section=()), ""]
+    parts = ["### Top-level keys", "", *_table(top, section=()), ""]
     for name, field in Settings.model_fields.items():
         if _is_section(field):
             parts += _section((name,), field)
@@ -48,7 +48,7 @@ def _section(path: tuple[str, ...], field: FieldInfo) -> list[str]:
     assert issubclass(model, BaseModel)
     keys = [(name, f) for name, f in model.model_fields.items() if not _is_section(f)]
     intro = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-    parts = [f"## [{'.'.join(path)}]", "", intro, "", *_table(keys, section=path), ""]
+    parts = [f"### [{'.'.join(path)}]", "", intro, "", *_table(keys, section=path), ""]
     for name, sub in model.model_fields.items():
         if _is_section(sub):
             parts += _section((*path, name), sub)
