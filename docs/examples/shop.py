@@ -19,7 +19,7 @@ def double(x: int) -> int:
 app.register("sum_doubled", chain(step(add), step(double)))
 
 if __name__ == "__main__":
-    # Try it with no services: a worker in this process, on the embedded broker and store.
+    # No services needed: a worker in this process, on the embedded broker and store.
     from pipelines.testing import running_worker
 
     with running_worker(app):
