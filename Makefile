@@ -3,18 +3,20 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test test-cluster lint format all services tools bench console-picture clean
+.PHONY: help install demo test test-cluster lint format docs docs-serve all services tools bench console-picture clean
 
 help:
 	@echo "make demo      run the example pipelines (RabbitMQ and Redis if they answer, else embedded)"
 	@echo "make test      run the whole test suite against the real RabbitMQ, Redis and PostgreSQL"
 	@echo "make test-cluster  only the tests on a local RabbitMQ cluster, Redis Cluster and Redis Sentinel (as root)"
 	@echo "make lint      ruff, mypy --strict and the import contracts (lint-imports)"
+	@echo "make docs      build the documentation site into site/ (mkdocs build --strict)"
+	@echo "make docs-serve  serve the documentation on http://127.0.0.1:8000, rebuilt as you edit"
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ, Redis and PostgreSQL answer (start them when installed)"
 	@echo "make bench     benchmarks against bare Dramatiq, Celery and raw pika (not part of make test)"
 	@echo "make tools     make sure promtool, prometheus, amtool and chromium are installed (Debian packages, as root)"
-	@echo "make console-picture  redraw the README's picture of the console (docs/console.png) in Chromium"
+	@echo "make console-picture  redraw the console's picture in the docs (docs/console.png) in Chromium"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +48,13 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Strict: a broken link, a missing snippet or reference, or a setting without a docstring fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
@@ -56,10 +65,10 @@ bench: install services
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
-# The README's picture of the console: the browser test that sets up its run takes it; it is kept here.
+# The docs' picture of the console: the browser test that sets up its run takes it; it is kept here.
 console-picture: install services tools
 	$(BIN)/pytest -q tests/console/test_browser.py::test_a_chord_under_way_as_the_readme_pictures_it
 	cp test-artifacts/console/readme-console.png docs/console.png
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache site

@@ -88,7 +88,7 @@ def _postgres_problem() -> str | None:
 
 
 def pytest_report_header() -> list[str]:
-    """The versions of the services this run tests against (the README says which ones compose pins)."""
+    """The versions of the services this run tests against (the production guide says which ones compose pins)."""
     found = []
     try:
         parameters = pika.URLParameters(AMQP_URL)

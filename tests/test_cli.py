@@ -191,7 +191,7 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     assert re.search(r"send_welcome_email\s+fire_and_forget\s+notifications", topology.stdout)
     assert re.search(r"export_orders\s+long_running\s+long_running", topology.stdout)
     assert re.search(r"nightly_report\s+scheduled.*missed ticks: catch_up", topology.stdout)
-    # The count the README gives for the example domain, with its terms.
+    # The count the docs give for the example domain (docs/concepts/topology.md), with its terms.
     assert topology.stdout.strip().splitlines()[-1] == (
         "59 queues = 2 x 21 actors + 10 delay tiers + 7 more partitions of ordered actors"
     )

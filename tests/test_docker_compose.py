@@ -40,10 +40,11 @@ SERVICES = {
     "postgres",
 }
 ALERTMANAGER_YML = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
-README = ROOT / "README.md"
+#: The page that says which versions compose pins and the suite tests.
+VERSIONS_PAGE = ROOT / "docs" / "guides" / "production.md"
 #: RabbitMQ release lines past the end of their community support (rabbitmq.com/release-information).
 RABBITMQ_ENDED = {"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "4.0", "4.1"}
-#: The RabbitMQ and Redis the test suite runs against here (the README says so; pytest's header says
+#: The RabbitMQ and Redis the test suite runs against here (the production guide says so; pytest's header says
 #: what each run found).
 RABBITMQ_TESTED = "3.10.8"
 REDIS_TESTED = "7.0.15"
@@ -417,20 +418,20 @@ def test_the_apps_image_is_built_on_a_pinned_python_release() -> None:
     [base] = re.findall(r"^FROM (\S+)", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)
 
     assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base), base
-    assert base in README.read_text()
+    assert base in VERSIONS_PAGE.read_text()
 
 
-def test_rabbitmq_is_a_supported_release_and_the_readme_says_which_versions_are_tested_and_pinned(
+def test_rabbitmq_is_a_supported_release_and_the_docs_say_which_versions_are_tested_and_pinned(
     services: dict[str, dict[str, Any]],
 ) -> None:
     version = services["rabbitmq"]["image"].split(":")[1].split("-")[0]
-    readme = README.read_text()
+    page = VERSIONS_PAGE.read_text()
 
     assert ".".join(version.split(".")[:2]) not in RABBITMQ_ENDED
-    assert f"RabbitMQ {version}" in readme
-    assert f"RabbitMQ {RABBITMQ_TESTED}" in readme
-    assert f"Redis {services['redis']['image'].split(':')[1]}" in readme
-    assert f"Redis {REDIS_TESTED}" in readme
+    assert f"RabbitMQ {version}" in page
+    assert f"RabbitMQ {RABBITMQ_TESTED}" in page
+    assert f"Redis {services['redis']['image'].split(':')[1]}" in page
+    assert f"Redis {REDIS_TESTED}" in page
 
 
 def test_redis_keeps_the_run_store_in_an_append_only_file_on_a_volume(

@@ -1,7 +1,7 @@
 """Registered pipelines are found wherever the app is configured: a producer, a `dramatiq` worker, the CLI.
 
 A project of its own in a temporary directory (actors in ``shop.py``, the pipelines mapping in
-``workflows.py``, named by ``[app]``), nothing calling ``app.load_modules()``: the README's subscriber
+``workflows.py``, named by ``[app]``), nothing calling ``app.load_modules()``: the docs' subscriber
 starts a registered pipeline inside a stock `dramatiq shop` worker, and a producer starts one by name.
 """
 

@@ -7,7 +7,7 @@ run: the sweep publishes its step again (the actor runs a second time, its keyed
 no re-drive allowed, fails the run with the reason, after which replaying the dead letter records the
 result it carries without running the actor again. Beside it, a run whose one step runs longer than
 the step lease and the stall threshold together is kept alive by its worker and runs once. Effects are
-counted in PostgreSQL: every execution (no unique constraint) and the keyed effect (the README's
+counted in PostgreSQL: every execution (no unique constraint) and the keyed effect (the docs'
 ``ON CONFLICT (effect_key) DO NOTHING``). Figures are printed (``-s``); about 15 s a case.
 """
 
@@ -43,7 +43,7 @@ LONG_STEP_S = 8  # longer than the lease and the stall threshold together
 
 @pytest.fixture
 def effect_tables(effects: Effects) -> Iterator[tuple[Effects, Effects]]:
-    """Every execution (no unique constraint), and the keyed effects (the README's primary key)."""
+    """Every execution (no unique constraint), and the keyed effects (the docs' primary key)."""
     keyed = Effects(f"{effects.table}_keyed", keyed=True)
     yield effects, keyed
     keyed.drop()

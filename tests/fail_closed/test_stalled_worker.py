@@ -3,7 +3,7 @@
 A freeze is not time an actor ran: on waking, the worker moves its time limits on by the time it stood
 still, so an actor that finishes as the process wakes is not interrupted and its key is not released
 for a retry to apply its effect again. Steps whose lease lapsed during the stop may run again; their
-effect, keyed by ``current_effect_key()`` as the README shows (``INSERT ... ON CONFLICT (effect_key) DO
+effect, keyed by ``current_effect_key()`` as the docs show (``INSERT ... ON CONFLICT (effect_key) DO
 NOTHING`` into a table whose primary key is the effect key), happens once: a key that changed between
 two runs of a step would show as a row more. Figures are printed (``-s``).
 """
@@ -45,7 +45,7 @@ STEPS = 3
 
 @pytest.fixture
 def keyed_effects() -> Iterator[Effects]:
-    """The README's table of effects, whose primary key is the effect key (``fc_<random>``)."""
+    """The docs' table of effects, whose primary key is the effect key (``fc_<random>``)."""
     table = Effects(f"fc_{uuid.uuid4().hex[:12]}", keyed=True)
     yield table
     table.drop()

@@ -100,7 +100,7 @@ def test_a_rate_limit_spaces_messages_by_their_reserved_slots(
     print(f"\nrate limit 20/s: 30 messages; most started in any 1 s window: {busiest}")
     assert opt.ETA not in sent[0].options  # the first slot is now
     assert all(gap >= 50 for gap in gaps)  # one slot every 50 ms, never closer
-    assert busiest <= 20 + 1  # the worker's bound (see the README's Rate limits)
+    assert busiest <= 20 + 1  # the worker's bound (see docs/guides/schedules-and-rate-limits.md)
 
 
 @rabbitmq_only

@@ -272,5 +272,5 @@ def test_a_declared_namespace_has_two_queues_per_actor_one_per_tier_and_one_more
     actors = sorted(app.broker.actors)  # with the framework's own, declared with the first of a kind
 
     assert actors == sorted(["charge", "ping", "feed", "nightly", "export", DEADLINE_CHECK, CHECK, WATCHDOG])
-    assert len(declared) == 2 * len(actors) + len(TEST_DELAY_TIERS_S) + (4 - 1)  # the README's count
+    assert len(declared) == 2 * len(actors) + len(TEST_DELAY_TIERS_S) + (4 - 1)  # docs/concepts/topology.md's count
     assert declared == sorted(q.name for q in app.broker.topology.queues)

@@ -31,7 +31,7 @@ def _apply() -> None:
         connection = _local.connection = psycopg.connect(POSTGRES_URL, autocommit=True)
     try:
         connection.execute(f"INSERT INTO {TABLE}_runs (effect_key) VALUES (%s)", (key,))
-        connection.execute(  # keyed: applied once per effect key, as the README shows
+        connection.execute(  # keyed: applied once per effect key, as the docs show
             f"INSERT INTO {TABLE} (effect_key) SELECT %s"
             f" WHERE NOT EXISTS (SELECT 1 FROM {TABLE} WHERE effect_key = %s)",
             (key, key),

@@ -116,7 +116,7 @@ class RawPublisher:
 
 class Effects:
     """A PostgreSQL table of effects: with no unique constraint, a row per time an effect was applied;
-    ``keyed``, the README's table whose primary key is the effect key (a row per key, however often
+    ``keyed``, the docs' table whose primary key is the effect key (a row per key, however often
     its effect was applied)."""
 
     def __init__(self, table: str, *, keyed: bool = False) -> None:
@@ -139,7 +139,7 @@ class Effects:
         self._connection().execute(f"INSERT INTO {self.table} (effect_key) VALUES (%s)", (effect_key,))
 
     def apply_once(self, effect_key: str) -> None:
-        """Apply an effect keyed by ``effect_key`` into a ``keyed`` table, as the README shows: a second
+        """Apply an effect keyed by ``effect_key`` into a ``keyed`` table, as the docs show: a second
         application with the same key changes nothing (one with another key shows as a row more)."""
         self._connection().execute(
             f"INSERT INTO {self.table} (effect_key) VALUES (%s) ON CONFLICT (effect_key) DO NOTHING", (effect_key,)

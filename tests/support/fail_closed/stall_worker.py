@@ -35,7 +35,7 @@ def ledger_step(tag: str, value: int) -> int:
     try:
         connection.execute(f"INSERT INTO {TABLE}_runs (effect_key) VALUES (%s)", (f"{tag}:{value}",))
         key = pipelines.current_effect_key()
-        connection.execute(  # keyed: applied once per effect key, as the README shows
+        connection.execute(  # keyed: applied once per effect key, as the docs show
             f"INSERT INTO {TABLE} (effect_key) VALUES (%s) ON CONFLICT (effect_key) DO NOTHING", (key,)
         )
     except BaseException:
