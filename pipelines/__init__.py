@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pipelines.dead_letters.queues import DeadLetter, DeadLetterQueues
     from pipelines.effects import NoEffectKey, current_effect_key
     from pipelines.errors import (
+        AmbiguousId,
         BrokerAccessRefused,
         BrokerUnavailable,
         Cancelled,
@@ -65,6 +66,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "HIGH_PRIORITY",
     "LOW_PRIORITY",
+    "AmbiguousId",
     "App",
     "BrokerAccessRefused",
     "BrokerUnavailable",
@@ -143,6 +145,7 @@ _MODULES = {
     "pipelines.effects": ("NoEffectKey", "current_effect_key"),
     "pipelines.dead_letters.queues": ("DeadLetter", "DeadLetterQueues"),
     "pipelines.errors": (
+        "AmbiguousId",
         "BrokerAccessRefused",
         "BrokerUnavailable",
         "Cancelled",

@@ -18,6 +18,7 @@ PipelinesError
 ├── ClaimLost              a step's lease lapsed and another worker claimed it: this attempt's end is not recorded
 ├── MaxAgeExceeded         a message waited past its max_age (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
+├── AmbiguousId            an id prefix that several runs or dead letters begin with
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
 │   └── CannotReplay       malformed, or its run has ended or expired
@@ -129,6 +130,10 @@ class ClaimLost(PipelinesError):
 
 class MaxAgeExceeded(PipelinesError):
     """A message was older than its ``max_age`` when a worker took it: dead-lettered instead of run."""
+
+
+class AmbiguousId(PipelinesError):
+    """A shortened id that the ids of several runs (or dead letters) begin with; the message lists them."""
 
 
 class DeadLetterError(PipelinesError):

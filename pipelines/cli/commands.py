@@ -81,7 +81,9 @@ class _Progress:
 
 
 def status(app: App, args: argparse.Namespace, out: Output) -> int:
-    found = app.get_run(args.run_id).status()
+    from pipelines.runs import full_run_id
+
+    found = app.get_run(full_run_id(app.store, args.run_id)).status()
     if args.json:
         out.json(status_json(found, app.store.run_continuations(found.run_id)))
     else:
@@ -117,7 +119,9 @@ def runs(app: App, args: argparse.Namespace, out: Output) -> int:
 
 
 def cancel(app: App, args: argparse.Namespace, out: Output) -> int:
-    handle = app.get_run(args.run_id)
+    from pipelines.runs import full_run_id
+
+    handle = app.get_run(full_run_id(app.store, args.run_id))
     if handle.cancel():
         out.line(f"{handle.id} cancelled")
         return 0
@@ -263,7 +267,8 @@ def dlq(app: App, args: argparse.Namespace, out: Output) -> int:
             for letter_id, outcome in outcomes.items():
                 out.line(f"{letter_id}  {outcome}")
             return 1 if any(o.startswith("not replayed") for o in outcomes.values()) else 0
-        out.line(f"{args.id}  {letters.replay(args.id, queue=args.queue)}")
+        letter_id = letters.full_id(args.id, queue=args.queue)
+        out.line(f"{letter_id}  {letters.replay(letter_id, queue=args.queue)}")
         return 0
     if not args.yes:
         raise UsageError("Purging deletes dead letters for good; add --yes to confirm.")

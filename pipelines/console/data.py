@@ -34,6 +34,7 @@ from pipelines.console.views import (
     WorkerView,
 )
 from pipelines.dead_letters.queues import DeadLetter
+from pipelines.runs import full_run_id
 from pipelines.store.base import RunSummary, StepStatus
 from pipelines.wire.naming import dead_letter_queue
 
@@ -150,10 +151,10 @@ class ConsoleData:
         Raises:
             RunNotFound: No such run, or past its retention.
         """
-        status = self.app.get_run(run_id).status()
+        status = self.app.get_run(full_run_id(self.app.store, run_id)).status()
         now_ms = int(time.time() * 1000)
         steps = tuple(_step_view(step, now_ms) for step in status.steps)
-        continuations = self.app.store.run_continuations(run_id)
+        continuations = self.app.store.run_continuations(status.run_id)
         shape = build_shape(
             [(s.node, s.actor, s) for s in steps],
             continuations,
@@ -225,7 +226,7 @@ class ConsoleData:
         Raises:
             RunNotFound: No such run.
         """
-        run = self.app.get_run(run_id)
+        run = self.app.get_run(full_run_id(self.app.store, run_id))
         cancelled = run.cancel()
         return cancelled, run.status().state
 
@@ -259,13 +260,15 @@ class ConsoleData:
         """
         return _letter(self.app.dead_letters.show(letter_id), time.time())
 
-    def replay(self, letter_id: str) -> str:
-        """Send a dead letter back to its actor (inside its run); what happened.
+    def replay(self, letter_id: str) -> tuple[str, str]:
+        """Send a dead letter (its id, or the start of it) back to its actor (inside its run); its whole id,
+        and what happened.
 
         Raises:
-            DeadLetterNotFound, CannotReplay: As ``pipelines dlq replay`` says.
+            DeadLetterNotFound, CannotReplay, AmbiguousId: As ``pipelines dlq replay`` says.
         """
-        return self.app.dead_letters.replay(letter_id)
+        letter_id = self.app.dead_letters.full_id(letter_id)
+        return letter_id, self.app.dead_letters.replay(letter_id)
 
     def replay_all(self, *, queue: str | None = None, reason: str | None = None) -> dict[str, str]:
         """Replay every dead letter of a filter; what happened to each, by id."""

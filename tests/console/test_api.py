@@ -15,6 +15,7 @@ import pytest
 from pipelines import chain, chord, fan_out, group, step
 from pipelines.composition import Node
 from pipelines.dead_letters.reasons import DeadLetterReason
+from pipelines.wire.naming import run_id_for_key
 from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console, served_console
 
 pytestmark = pytest.mark.integration
@@ -229,6 +230,41 @@ def test_dead_letters_are_listed_shown_and_replayed_into_their_runs(console: Con
     assert run.result() == 16
     again = http.post(f"/api/dead-letters/{letter['id']}/replay", headers=authorized(console))
     assert again.status_code == 404
+
+
+def keys_of_runs_that_begin_alike(namespace: str, name: str) -> tuple[str, str]:
+    """Two idempotency keys whose runs' ids begin with the same two characters."""
+    seen: dict[str, str] = {}
+    for number in range(257):  # 256 two-character starts: two of 257 keys share one
+        key = f"{name}-{number}"
+        first = seen.setdefault(run_id_for_key(namespace, key)[:2], key)
+        if first != key:
+            return first, key
+    raise AssertionError("unreachable")
+
+
+def test_runs_and_dead_letters_are_found_by_the_start_of_their_id(console: Console, http: httpx.Client) -> None:
+    name, echo = console.pipeline_name("prefixed"), console.actors.echo
+    keys = keys_of_runs_that_begin_alike(console.app.settings.namespace, name)
+    runs = [console.app.start(step(echo, "x"), name=name, idempotency_key=key) for key in keys]
+    shared = runs[0].id[:2]
+    for run in runs:
+        run.wait(timeout_s=30)
+    letter_run = failed_run(console, 3)
+    letter_id = next(x.id for x in console.app.dead_letters.list("flaky") if x.reason.run_id == letter_run.id)
+
+    shown = http.get(f"/api/runs/{runs[0].id[:12]}")
+    ambiguous = http.get(f"/api/runs/{shared}")
+    letter = http.get(f"/api/dead-letters/{letter_id[:16]}")
+    console.actors.broken.clear()
+    replayed = http.post(f"/api/dead-letters/{letter_id[:16]}/replay", headers=authorized(console))
+
+    assert (shown.status_code, shown.json()["run_id"]) == (200, runs[0].id)
+    assert ambiguous.status_code == 400
+    assert all(run.id in ambiguous.json()["error"] for run in runs)
+    assert (letter.status_code, letter.json()["id"]) == (200, letter_id)
+    assert replayed.json() == {"id": letter_id, "outcome": "replayed"}
+    assert letter_run.wait(timeout_s=30).state == "succeeded"
 
 
 def test_replaying_all_of_a_filter_and_purging_with_confirmation(console: Console, http: httpx.Client) -> None:
