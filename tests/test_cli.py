@@ -267,6 +267,12 @@ def test_config_prints_the_effective_values_with_the_password_masked(services: N
         ({"PIPELINES_BROKR__URL": "amqp://x"}, ["topology"], "PIPELINES_BROKR__URL names no section 'brokr'", 2),
         ({}, ["run", "no_such_pipeline"], "No pipeline is registered as 'no_such_pipeline'", 2),
         ({}, ["run", "order_fulfilment", "--arg", "colour=red"], "Arguments do not fit step 0.0 (charge_payment)", 2),
+        (
+            {},
+            ["run", "shard_report", "--arg", "day=2026-01-01", "--arg", "shards=abc"],
+            "Pipeline 'shard_report' cannot be built from {'day': '2026-01-01', 'shards': 'abc'}: TypeError(",
+            2,
+        ),
         ({}, ["publish", "order.placed", "{not json"], "The payload is not JSON", 2),
         ({}, ["publish", "order.placed", '{"order_id": 1}'], "Payload of actor 'start_fulfilment' is invalid", 2),
         ({}, ["publish", "order..placed", "{}"], "order..placed", 2),
