@@ -120,6 +120,16 @@ class PipelineSteps(Middleware):
         worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")
         if not any(isinstance(f, _StepResultWarning) for f in worker_logger.filters):
             worker_logger.addFilter(_StepResultWarning())
+        chosen = worker.consumer_whitelist
+        if chosen and DEADLINE_QUEUE not in chosen and DEADLINE_CHECK in broker.actors:
+            logger.warning(
+                "This worker reads --queues %s, not %r, the queue of the framework's own actors: unless another "
+                "worker reads it, run deadlines are not enforced, lapsed leases are not re-driven and missed "
+                "ticks are not counted. Add %r to --queues, or run a worker that reads it.",
+                " ".join(sorted(chosen)),
+                DEADLINE_QUEUE,
+                DEADLINE_QUEUE,
+            )
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         address = StepAddress.of(message)
