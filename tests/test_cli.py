@@ -60,12 +60,15 @@ def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("worker") / "worker.log"
 
 
-def dramatiq_worker(env: dict[str, str], log: Path, *, threads: int) -> subprocess.Popen[bytes]:
-    """`dramatiq actors` (the stock CLI, no extra flags) in the background, writing to ``log``; stop it
-    with :func:`~tests.support.housekeeping.stop_process`."""
+def dramatiq_worker(
+    env: dict[str, str], log: Path, *, threads: int, queues: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """`dramatiq actors` (the stock CLI, no extra flags but ``--queues`` when given) in the background,
+    writing to ``log``; stop it with :func:`~tests.support.housekeeping.stop_process`."""
+    chosen = ["--queues", *queues] if queues else []
     with log.open("w") as out:
         return start_process(
-            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads)],
+            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads), *chosen],
             env=env,
             cwd=ROOT,
             stdout=out,

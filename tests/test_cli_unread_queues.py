@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.housekeeping import start_process, stop_process
-from tests.test_cli import BIN, ROOT, TIMEOUT_S, environment, pipelines
+from tests.support.housekeeping import stop_process
+from tests.test_cli import TIMEOUT_S, dramatiq_worker, environment, pipelines
 
 FRAMEWORK_NOTE = (
     "No worker reads Dramatiq queue 'pipelines', the framework's own actors: run deadlines are not enforced, "
@@ -36,14 +36,7 @@ def test_a_worker_that_leaves_out_the_framework_queue_is_told_at_boot_and_queues
 ) -> None:
     env = environment(namespaces())
     log = tmp_path / "worker.log"
-    with log.open("w") as out:
-        worker = start_process(
-            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", "2", "--queues", "orders", "images"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=out,
-        )
+    worker = dramatiq_worker(env, log, threads=2, queues=("orders", "images"))
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while "not 'pipelines', the queue of the framework's own actors" not in log.read_text():
