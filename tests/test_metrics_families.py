@@ -25,8 +25,8 @@ def readme_families() -> set[str]:
     names: set[str] = set()
     for row in table.splitlines()[2:]:
         for written in re.findall(r"`([a-z_{},]+)`", row.split("|")[1]):
-            written = re.sub(r"\{[a-z_,]+\}$", "", written)  # the labels
-            parts = [part.split(",") for part in re.split(r"\{([a-z_,]+)\}", written)]
+            name = re.sub(r"\{[a-z_,]+\}$", "", written)  # without its labels
+            parts = [part.split(",") for part in re.split(r"\{([a-z_,]+)\}", name)]
             names |= {"".join(choice) for choice in itertools.product(*parts)}
     return names
 
