@@ -179,6 +179,7 @@ class ConsoleData:
             correlation_id=status.correlation_id,
             trace_id=status.trace_id,
             trace_url=f"{jaeger}/trace/{status.trace_id}" if jaeger and status.trace_id else None,
+            trace_sampled=status.trace_sampled,
             result_json=status.result_json,
             steps=steps,
             counts=counts,

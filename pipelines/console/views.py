@@ -81,6 +81,8 @@ class RunView:
     correlation_id: str | None
     trace_id: str | None
     trace_url: str | None
+    trace_sampled: bool
+    """False when sampling left the run out: its trace holds its failed or slow steps only, if any."""
     result_json: str | None
     steps: tuple[StepView, ...]
     counts: dict[str, int]

@@ -145,6 +145,7 @@ class RedisRunStore(RedisRecords):
             run.trace_id or "",
             run.first_input or "",
             run.delay_ms,
+            "1" if run.trace_sampled else "0",
         ]
         for node, actor in run.steps:
             args += [node, orjson.dumps({"a": actor, "s": "pending"})]

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
 
 from pipelines import chain, chord, fan_out, group, step
 from pipelines.composition import Node
@@ -357,6 +358,22 @@ def test_the_trace_id_links_to_jaeger(console: Console, http: httpx.Client) -> N
     assert (shown["trace_id"], shown["trace_url"]) == (trace_id, f"{JAEGER_URL}/trace/{trace_id}")
     page = http.get(f"/runs/{run.id}").text
     assert f'<a class="mono" href="{JAEGER_URL}/trace/{trace_id}" target="_blank" rel="noopener noreferrer">' in page
+    assert shown["trace_sampled"] is True
+    assert "not sampled" not in page
+
+
+def test_a_run_that_sampling_left_out_says_not_sampled(console: Console, http: httpx.Client) -> None:
+    # A caller whose own span was not sampled (a web request, say): the run follows its decision.
+    caller = trace.SpanContext(trace_id=0xABC, span_id=0xDEF, is_remote=True, trace_flags=trace.TraceFlags(0))
+    with trace.use_span(trace.NonRecordingSpan(caller)):
+        run = console.app.start(step(console.actors.double, 4), name=console.pipeline_name("left-out"))
+    run.wait(timeout_s=30)
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    page = http.get(f"/runs/{run.id}").text
+
+    assert (shown["trace_id"], shown["trace_sampled"]) == (f"{0xABC:032x}", False)
+    assert "not sampled: only its failed or slow steps are traced" in page
 
 
 def test_secrets_in_errors_and_tracebacks_are_masked_wherever_the_console_shows_them(
