@@ -1,0 +1,81 @@
+"""The build backend: setuptools', with its working folders kept out of the checkout.
+
+``pip install .`` builds in the checkout itself, and setuptools would leave ``build/`` and
+``rabbit_pipelines.egg-info/`` there. Every hook that builds runs here with an extra setuptools config
+(``DIST_EXTRA_CONFIG``) that puts both in a temporary folder, removed when the hook returns. Editable
+installs are setuptools' own: they point at the checkout by design.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from setuptools import build_meta
+from setuptools.build_meta import (
+    build_editable,
+    get_requires_for_build_editable,
+    prepare_metadata_for_build_editable,
+)
+
+__all__ = [
+    "build_editable",
+    "build_sdist",
+    "build_wheel",
+    "get_requires_for_build_editable",
+    "get_requires_for_build_sdist",
+    "get_requires_for_build_wheel",
+    "prepare_metadata_for_build_editable",
+    "prepare_metadata_for_build_wheel",
+]
+
+#: The environment variable naming one more config file that setuptools reads (after setup.cfg).
+EXTRA_CONFIG = "DIST_EXTRA_CONFIG"
+
+Settings = dict[str, Any] | None
+
+
+@contextlib.contextmanager
+def _out_of_tree() -> Iterator[None]:
+    """Run a hook with setuptools' build and egg-info folders in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="rabbit-pipelines-build-") as scratch:
+        config = os.path.join(scratch, "setup.cfg")
+        with open(config, "w") as out:
+            out.write(f"[build]\nbuild_base = {scratch}/build\n\n[egg_info]\negg_base = {scratch}\n")
+        before = os.environ.get(EXTRA_CONFIG)
+        os.environ[EXTRA_CONFIG] = config
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[EXTRA_CONFIG]
+            else:
+                os.environ[EXTRA_CONFIG] = before
+
+
+def get_requires_for_build_wheel(config_settings: Settings = None) -> list[str]:
+    with _out_of_tree():
+        return build_meta.get_requires_for_build_wheel(config_settings)
+
+
+def get_requires_for_build_sdist(config_settings: Settings = None) -> list[str]:
+    with _out_of_tree():
+        return build_meta.get_requires_for_build_sdist(config_settings)
+
+
+def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: Settings = None) -> str:
+    with _out_of_tree():
+        return build_meta.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def build_wheel(wheel_directory: str, config_settings: Settings = None, metadata_directory: str | None = None) -> str:
+    with _out_of_tree():
+        return build_meta.build_wheel(wheel_directory, config_settings, metadata_directory)
+
+
+def build_sdist(sdist_directory: str, config_settings: Settings = None) -> str:
+    with _out_of_tree():
+        return build_meta.build_sdist(sdist_directory, config_settings)
