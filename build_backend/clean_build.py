@@ -2,8 +2,8 @@
 
 ``pip install .`` builds in the checkout itself, and setuptools would leave ``build/`` and
 ``rabbit_pipelines.egg-info/`` there. Every hook that builds runs here with an extra setuptools config
-(``DIST_EXTRA_CONFIG``) that puts both in a temporary folder, removed when the hook returns. Editable
-installs are setuptools' own: they point at the checkout by design.
+(``DIST_EXTRA_CONFIG``) that puts both in a temporary folder, removed when the hook returns. An editable
+install points at the checkout's modules, and leaves no folder either.
 """
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from setuptools import build_meta
-from setuptools.build_meta import (
-    build_editable,
-    get_requires_for_build_editable,
-    prepare_metadata_for_build_editable,
-)
 
 __all__ = [
     "build_editable",
@@ -79,3 +74,20 @@ def build_wheel(wheel_directory: str, config_settings: Settings = None, metadata
 def build_sdist(sdist_directory: str, config_settings: Settings = None) -> str:
     with _out_of_tree():
         return build_meta.build_sdist(sdist_directory, config_settings)
+
+
+def get_requires_for_build_editable(config_settings: Settings = None) -> list[str]:
+    with _out_of_tree():
+        return build_meta.get_requires_for_build_editable(config_settings)
+
+
+def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: Settings = None) -> str:
+    with _out_of_tree():
+        return build_meta.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
+def build_editable(
+    wheel_directory: str, config_settings: Settings = None, metadata_directory: str | None = None
+) -> str:
+    with _out_of_tree():
+        return build_meta.build_editable(wheel_directory, config_settings, metadata_directory)

@@ -1,5 +1,5 @@
-"""Installing the package from a checkout (`pip install <checkout>`, not editable) leaves the checkout as
-it was: no build/ nor egg-info folder in it, ignored by git or not. Offline: no dependencies, and the
+"""Installing the package from a checkout (`pip install <checkout>`, editable or not) leaves the checkout
+as it was: no build/ nor egg-info folder in it, ignored by git or not. Offline: no dependencies, and the
 build backend's requirement (setuptools) is this virtualenv's."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.support.checkout import copy_checkout
 
@@ -18,7 +20,8 @@ def git(checkout: Path, *args: str) -> str:
     return subprocess.run(command, cwd=checkout, check=True, capture_output=True, text=True).stdout
 
 
-def test_pip_install_of_a_checkout_leaves_it_clean(tmp_path: Path) -> None:
+@pytest.mark.parametrize("editable", [False, True], ids=["install", "editable"])
+def test_pip_install_of_a_checkout_leaves_it_clean(tmp_path: Path, editable: bool) -> None:
     checkout = copy_checkout(tmp_path / "checkout")
     git(checkout, "init", "-q")
     git(checkout, "add", "-A")
@@ -29,13 +32,14 @@ def test_pip_install_of_a_checkout_leaves_it_clean(tmp_path: Path) -> None:
     # --ignore-installed: this virtualenv's own (editable) install is left alone, not replaced.
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--ignore-installed"]
     subprocess.run(
-        [*pip, "--prefix", str(venv), str(checkout)],
+        [*pip, "--prefix", str(venv), *(["-e"] if editable else []), str(checkout)],
         check=True,
         capture_output=True,
         timeout=TIMEOUT_S,
     )
 
     assert git(checkout, "status", "--porcelain", "--ignored") == ""
-    installed = next((venv / "lib").glob("python3*/site-packages/pipelines"))
-    assert (installed / "store" / "lua" / "create.lua").is_file()
-    assert (installed / "middleware" / "metrics.py").is_file()
+    if not editable:
+        installed = next((venv / "lib").glob("python3*/site-packages/pipelines"))
+        assert (installed / "store" / "lua" / "create.lua").is_file()
+        assert (installed / "middleware" / "metrics.py").is_file()
