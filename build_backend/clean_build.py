@@ -9,10 +9,11 @@ install points at the checkout's modules, and leaves no folder either.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 from setuptools import build_meta
 
@@ -30,7 +31,8 @@ __all__ = [
 #: The environment variable naming one more config file that setuptools reads (after setup.cfg).
 EXTRA_CONFIG = "DIST_EXTRA_CONFIG"
 
-Settings = dict[str, Any] | None
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -51,43 +53,22 @@ def _out_of_tree() -> Iterator[None]:
                 os.environ[EXTRA_CONFIG] = before
 
 
-def get_requires_for_build_wheel(config_settings: Settings = None) -> list[str]:
-    with _out_of_tree():
-        return build_meta.get_requires_for_build_wheel(config_settings)
+def _kept_out(hook: Callable[P, T]) -> Callable[P, T]:
+    """``hook`` of setuptools' backend, run with its folders out of the checkout."""
+
+    @functools.wraps(hook)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        with _out_of_tree():
+            return hook(*args, **kwargs)
+
+    return run
 
 
-def get_requires_for_build_sdist(config_settings: Settings = None) -> list[str]:
-    with _out_of_tree():
-        return build_meta.get_requires_for_build_sdist(config_settings)
-
-
-def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: Settings = None) -> str:
-    with _out_of_tree():
-        return build_meta.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
-
-
-def build_wheel(wheel_directory: str, config_settings: Settings = None, metadata_directory: str | None = None) -> str:
-    with _out_of_tree():
-        return build_meta.build_wheel(wheel_directory, config_settings, metadata_directory)
-
-
-def build_sdist(sdist_directory: str, config_settings: Settings = None) -> str:
-    with _out_of_tree():
-        return build_meta.build_sdist(sdist_directory, config_settings)
-
-
-def get_requires_for_build_editable(config_settings: Settings = None) -> list[str]:
-    with _out_of_tree():
-        return build_meta.get_requires_for_build_editable(config_settings)
-
-
-def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: Settings = None) -> str:
-    with _out_of_tree():
-        return build_meta.prepare_metadata_for_build_editable(metadata_directory, config_settings)
-
-
-def build_editable(
-    wheel_directory: str, config_settings: Settings = None, metadata_directory: str | None = None
-) -> str:
-    with _out_of_tree():
-        return build_meta.build_editable(wheel_directory, config_settings, metadata_directory)
+get_requires_for_build_wheel = _kept_out(build_meta.get_requires_for_build_wheel)
+get_requires_for_build_sdist = _kept_out(build_meta.get_requires_for_build_sdist)
+get_requires_for_build_editable = _kept_out(build_meta.get_requires_for_build_editable)
+prepare_metadata_for_build_wheel = _kept_out(build_meta.prepare_metadata_for_build_wheel)
+prepare_metadata_for_build_editable = _kept_out(build_meta.prepare_metadata_for_build_editable)
+build_wheel = _kept_out(build_meta.build_wheel)
+build_sdist = _kept_out(build_meta.build_sdist)
+build_editable = _kept_out(build_meta.build_editable)
