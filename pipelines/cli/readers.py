@@ -12,18 +12,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from pipelines.errors import BrokerUnavailable
-from pipelines.flow.deadlines import DEADLINE_QUEUE
+from pipelines.flow.own_actors import unread_note
 
 if TYPE_CHECKING:
-    from dramatiq import Actor
-
     from pipelines.app import App
     from pipelines.broker import ExchangeBroker
     from pipelines.store.base import RunStatus
     from pipelines.wire.topology import Queue
-
-#: What is left undone while no worker reads the framework's own queue.
-FRAMEWORK_WORK = "run deadlines are not enforced, lapsed leases are not re-driven and missed ticks are not counted"
 
 
 def unread(broker: ExchangeBroker, queue: Queue) -> bool:
@@ -49,22 +44,7 @@ def unread_queues(app: App) -> set[str] | None:
 
 def framework_note(app: App, unread: set[str]) -> str | None:
     """A sentence when no worker reads the queues of the framework's own actors (None when one does)."""
-    topology = app.broker.topology
-    own = {
-        queue
-        for actor, queue in topology.actor_queues.items()
-        if app.broker.get_actor(actor).queue_name == DEADLINE_QUEUE
-    }
-    if not own or not own <= unread:
-        return None
-    return (
-        f"No worker reads Dramatiq queue {DEADLINE_QUEUE!r}, the framework's own actors: {FRAMEWORK_WORK}. "
-        f"Start a worker without --queues, or with {DEADLINE_QUEUE!r} among them."
-    )
-
-
-def _is_framework(actor: Actor[..., object]) -> bool:
-    return actor.queue_name == DEADLINE_QUEUE
+    return unread_note(app.broker, unread)
 
 
 def waiting_note(app: App, status: RunStatus) -> str:

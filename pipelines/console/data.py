@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from pipelines.console.views import (
     WorkerView,
 )
 from pipelines.dead_letters.queues import DeadLetter
+from pipelines.flow.own_actors import unread_note
 from pipelines.runs import full_run_id
 from pipelines.store.base import RunSummary, StepStatus
 from pipelines.wire.naming import dead_letter_queue
@@ -314,17 +316,23 @@ class ConsoleData:
         if depth is None:
             notes.append("The embedded broker keeps no queues between processes: depths are not known.")
         topology = self.app.broker.topology
+        reading: Callable[[str], int | None] | None = getattr(self.app.broker, "queue_consumers", None)
         queues = []
         for actor, queue in sorted(topology.actor_queues.items()):
             consume = topology.consume_queues.get(actor, (queue,))
             depths = [depth(q) for q in consume] if depth else []
+            consumers = [reading(q) for q in consume] if reading else []
             queues.append(
                 QueueView(
                     actor=actor,
                     queue=queue,
                     profile=topology.actor_profiles.get(actor, ""),
-                    depth=sum(d for d in depths if d is not None) if depths and None not in depths else None,
+                    depth=_total(depths),
                     dead=depth(dead_letter_queue(queue)) if depth else None,
+                    consumers=sum(c for c in consumers if c is not None)
+                    if consumers and None not in consumers
+                    else None,
+                    processing=sample.in_flight.get(actor, 0.0) if sample and not sample.unreachable else None,
                     rate_per_s=scrape.rate(self._previous, self._latest, "processed", actor) if self._latest else None,
                     failed_per_s=scrape.rate(self._previous, self._latest, "failed", actor) if self._latest else None,
                     oldest_age_s=max((sample.oldest_age_s.get(q, 0.0) for q in consume), default=None)
@@ -332,6 +340,8 @@ class ConsoleData:
                     else None,
                 )
             )
+        note = unread_note(self.app.broker, {q.queue for q in queues if q.consumers == 0})
+        notes += [note] if note else []
         now = time.time()
         horizon = HEARTBEATS_BEFORE_GONE * self.app.settings.metrics.heartbeat_interval_s
         workers = tuple(
@@ -342,3 +352,8 @@ class ConsoleData:
             if now - beat <= SHOW_GONE_FOR_S
         )
         return Overview(tuple(queues), workers, tuple(notes), now)
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """The sum of an actor's queues' counts (its partitions'), None when one of them is not known."""
+    return sum(c for c in counts if c is not None) if counts and None not in counts else None

@@ -137,6 +137,10 @@ class QueueView:
     profile: str
     depth: int | None
     dead: int | None
+    consumers: int | None
+    """Consumers reading the queue now, in every worker process (None when not known)."""
+    processing: float | None
+    """Messages the workers are processing now, not yet acknowledged (from their metrics)."""
     rate_per_s: float | None
     failed_per_s: float | None
     oldest_age_s: float | None

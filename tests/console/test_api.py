@@ -6,18 +6,28 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pipelines import chain, chord, fan_out, group, step
+from pipelines.app import build_app
 from pipelines.composition import Node
 from pipelines.dead_letters.reasons import DeadLetterReason
 from pipelines.wire.naming import run_id_for_key
-from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console, served_console
+from tests.console.conftest import (
+    DB_PASSWORD,
+    JAEGER_URL,
+    Console,
+    console_settings,
+    declare_actors,
+    served_console,
+)
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -314,6 +324,25 @@ def test_queues_show_depths_rates_and_the_live_workers(console: Console, http: h
             break
         assert time.monotonic() < deadline, "no processing rate after 30 s"
     assert rate > 0
+
+
+def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    app = build_app(console_settings(free_port()), span_exporter=InMemorySpanExporter())  # and no worker
+    actors = declare_actors(app)
+    try:
+        app.start(step(actors.double, 1))  # declares the namespace's queues
+        with served_console(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+            page = client.get("/queues").text
+            shown = client.get("/api/queues").json()
+    finally:
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+    assert "No worker reads Dramatiq queue &#39;pipelines&#39;, the framework&#39;s own actors" in page
+    assert any("run deadlines are not enforced" in note for note in shown["notes"])
+    assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
 
 
 def test_sealed_values_stay_sealed_in_runs_steps_dead_letters_and_pages(console: Console, http: httpx.Client) -> None:

@@ -269,9 +269,14 @@ def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> N
     page.goto(f"{console.url}/queues")
     expect(page.locator("table.workers tbody tr")).to_have_count(1)
     expect(page.locator("table.workers .state")).to_have_text("alive")
+    expect(page.locator("p.note", has_text="No worker reads Dramatiq queue")).to_have_count(0)
     flaky = page.locator("table.queues tr", has=page.get_by_role("cell", name="flaky", exact=True))
     expect(flaky.locator("a.dead")).to_have_text(re.compile(r"[1-9]\d*"))
-    rate = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td").nth(5)
+    double = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td")
+    expect(double.nth(4)).to_have_text(re.compile(r"[1-9]\d*"))  # consumers: the worker's
+    expect(double.nth(5)).to_have_text(re.compile(r"\d+"))  # being processed now, from the worker's metrics
+    expect(page.locator("table.queues thead")).to_contain_text("ConsumersProcessing")
+    rate = double.nth(7)
     deadline = time.monotonic() + 30
     while not re.fullmatch(r"0*[1-9]\d*\.\d|0\.[1-9]", rate.text_content() or ""):
         assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
