@@ -469,7 +469,9 @@ def test_dead_letters_are_shown_and_replayed_by_the_start_of_their_id(env: dict[
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["id"] == ids[0]
     assert ambiguous.returncode == 2
-    assert f"{shared!r} begins the ids of 2 dead letters ({', '.join(sorted(ids))})" in ambiguous.stderr
+    assert f"{shared!r} begins the ids of " in ambiguous.stderr  # these two, and others of the module's that may
+    assert all(letter_id in ambiguous.stderr for letter_id in ids)
+    assert ambiguous.stderr.strip().endswith("give more of the id.")
     assert replayed.stdout.strip() == f"{ids[1]}  replayed"
 
 
