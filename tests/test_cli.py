@@ -55,6 +55,12 @@ def installed(env: dict[str, str], program: str, *args: str, cwd: Path = ROOT) -
     )
 
 
+def pipelines_started(env: dict[str, str], *args: str, **popen: Any) -> subprocess.Popen[Any]:
+    """`pipelines ARGS...` in the background (``popen``: its pipes); stop it with
+    :func:`~tests.support.housekeeping.stop_process`."""
+    return start_process([str(BIN / "pipelines"), *args], env=env, cwd=ROOT, **popen)
+
+
 @pytest.fixture(scope="module")
 def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("worker") / "worker.log"

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.housekeeping import start_process, stop_process
+from tests.support.housekeeping import stop_process
 from tests.support.ports import free_port
-from tests.test_cli import BIN, ROOT, TIMEOUT_S, environment
+from tests.test_cli import TIMEOUT_S, environment, pipelines_started
 from tests.test_metrics_groups import metrics_env
 from tests.test_observability_processes import Worker, pipelines, wait_for_scrape
 
@@ -31,13 +31,8 @@ def test_top_once_shows_the_rates_of_the_messages_processed_during_its_interval(
         wait_for_scrape(
             int(env["PIPELINES_METRICS__PORT"]), lambda m: m.get("pipelines_workers", {}).get((), 0) == 2, worker.log
         )
-        top = start_process(
-            [str(BIN / "pipelines"), "top", "--once", "--interval", "5"],
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        top = pipelines_started(
+            env, "top", "--once", "--interval", "5", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         try:
             while top.poll() is None:  # runs go through the worker for as long as top counts
@@ -58,7 +53,7 @@ def test_top_once_shows_the_rates_of_the_messages_processed_during_its_interval(
 def test_top_piped_into_another_command_prints_each_refresh_as_plain_text(namespaces: Callable[[], str]) -> None:
     env = environment(namespaces())
     title = f"namespace {env['PIPELINES_NAMESPACE']}"
-    top = start_process([str(BIN / "pipelines"), "top", "--interval", "0.2"], env=env, cwd=ROOT, stdout=subprocess.PIPE)
+    top = pipelines_started(env, "top", "--interval", "0.2", stdout=subprocess.PIPE)
     shown = b""
     try:
         assert top.stdout is not None

@@ -4,12 +4,13 @@ commands and a stock `dramatiq` worker on the real RabbitMQ and Redis."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.housekeeping import stop_process
-from tests.test_cli import TIMEOUT_S, dramatiq_worker, environment, pipelines
+from tests.test_cli import TIMEOUT_S, dramatiq_worker, environment, pipelines, pipelines_started
 
 FRAMEWORK_NOTE = (
     "No worker reads Dramatiq queue 'pipelines', the framework's own actors: run deadlines are not enforced, "
@@ -52,3 +53,20 @@ def test_a_worker_that_leaves_out_the_framework_queue_is_told_at_boot_and_queues
     assert FRAMEWORK_NOTE in queues.stdout
     assert topology.returncode == 0, topology.stderr
     assert FRAMEWORK_NOTE in topology.stdout
+
+
+def test_a_wait_without_end_says_at_once_when_no_worker_reads_the_first_steps_queue(
+    namespaces: Callable[[], str],
+) -> None:
+    env = environment(namespaces())  # no worker
+    namespace = env["PIPELINES_NAMESPACE"]
+    run = ("run", "thumbnails", "--arg", "url=https://example.com/v.jpg", "--wait")
+    waiting = pipelines_started(env, *run, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert waiting.stderr is not None
+        line = waiting.stderr.readline()  # the process waits for ever: the line comes first, or never
+    finally:
+        stop_process(waiting)
+
+    assert line.startswith("pipelines: waiting for run ")
+    assert f"No worker reads queue {namespace}.images.fetch_image of step 0.0 (fetch_image)" in line

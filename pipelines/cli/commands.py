@@ -47,12 +47,16 @@ def run(app: App, args: argparse.Namespace, out: Output) -> int:
     )
     if not (args.wait or args.timeout):
         return 0
+    from pipelines.cli.readers import waiting_note
+
+    if args.timeout is None:  # a wait without end: say now when no worker would start the run
+        unread = waiting_note(app, started.status())
+        if unread:
+            print(f"pipelines: waiting for run {started.id}.{unread}", file=sys.stderr, flush=True)
     progress = _Progress()
     try:
         status = started.wait(args.timeout, on_change=progress.show)
     except RunTimeout as e:
-        from pipelines.cli.readers import waiting_note
-
         progress.clear()
         print(f"pipelines: {e}{waiting_note(app, started.status())}", file=sys.stderr)
         return 1
