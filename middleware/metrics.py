@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,7 +23,9 @@ import dramatiq
 from dramatiq.middleware import Middleware
 
 from pipelines.config.sections import MetricsConfig
+from pipelines.current import get_app
 from pipelines.handling.outcome import outcome_of
+from pipelines.observability.instruments import instruments, zero_series
 from pipelines.observability.metrics_dir import (
     MULTIPROC_ENV,
     QUEUES_FILE,
@@ -39,12 +41,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Step durations, in seconds.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
-#: Partition lag, in seconds.
-LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
-#: Run durations and chord waits, in seconds.
-RUN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 #: Exit status of a worker whose metrics port is taken (sysexits' EX_CONFIG).
 EXIT_CONFIG = 78
 
@@ -152,7 +148,7 @@ class Metrics(Middleware):
                 from prometheus_client import CollectorRegistry
 
                 self.registry = self._registry or CollectorRegistry()
-                self.instruments = _instruments(self.registry)
+                self.instruments = instruments(self.registry)
             return self.instruments
 
     def _metric(self, name: str) -> Any:
@@ -254,6 +250,8 @@ class Metrics(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._publish_queue_names(broker)
+        app = get_app()
+        zero_series(self._setup(), broker, sorted(app.pipelines) if app is not None else [])
         for actor in broker.actors.values():
             interval = schedule_interval_s(actor.options.get("periodic"))
             if interval is not None:
@@ -294,107 +292,3 @@ def schedule_interval_s(spec: Any) -> float | None:
 
     first = spec.next_valid_date(pendulum.now())
     return float((spec.next_valid_date(first) - first).total_seconds())
-
-
-def _instruments(registry: CollectorRegistry) -> dict[str, Any]:
-    from prometheus_client import Counter, Gauge, Histogram
-
-    message = ["queue", "actor"]
-
-    def counter(name: str, text: str, labels: Iterable[str] = message) -> Any:
-        return Counter(name, text, list(labels), registry=registry)
-
-    return {
-        "processed": counter("pipelines_messages_processed", "Messages processed (succeeded or failed)."),
-        "failed": counter("pipelines_messages_failed", "Messages whose actor raised."),
-        "retried": counter("pipelines_messages_retried", "Retries scheduled."),
-        "dead_lettered": counter("pipelines_messages_dead_lettered", "Messages rejected to a dead-letter queue."),
-        "duplicates": counter("pipelines_messages_duplicates_skipped", "Duplicates skipped by their key."),
-        "dropped": counter("pipelines_messages_dropped", "Fire-and-forget messages dropped after their retries."),
-        "hops": counter(
-            "pipelines_step_hops",
-            "Steps that followed another, run where it finished (hop=local) or published (hop=routed).",
-            ["actor", "hop"],
-        ),
-        "steps_lost": counter(
-            "pipelines_steps_lost",
-            "Step attempts that ended after their lease lapsed and the step was claimed again (not recorded).",
-            ["actor"],
-        ),
-        "middleware_failures": counter(
-            "pipelines_middleware_failures", "Hooks of observational middleware that raised.", ["middleware", "hook"]
-        ),
-        "partition_lag": Histogram(
-            "pipelines_partition_lag_seconds",
-            "Ordered actors: time from publish to the start of processing, per partition.",
-            ["actor", "partition"],
-            buckets=LAG_BUCKETS,
-            registry=registry,
-        ),
-        "duration": Histogram(
-            "pipelines_message_duration_seconds",
-            "Time an actor took.",
-            message,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        ),
-        "in_flight": Gauge(
-            "pipelines_messages_in_flight",
-            "Messages being processed.",
-            message,
-            multiprocess_mode="livesum",
-            registry=registry,
-        ),
-        "runs": counter("pipelines_runs", "Pipeline runs that ended, by outcome.", ["pipeline", "outcome"]),
-        "run_duration": Histogram(
-            "pipelines_run_duration_seconds",
-            "Run duration, creation to end.",
-            ["pipeline"],
-            buckets=RUN_BUCKETS,
-            registry=registry,
-        ),
-        "chord_wait": Histogram(
-            "pipelines_chord_wait_seconds",
-            "Time a chord barrier waited between its first and last member.",
-            ["pipeline"],
-            buckets=RUN_BUCKETS,
-            registry=registry,
-        ),
-        "queue_head": Gauge(
-            "pipelines_queue_head_published_timestamp_seconds",
-            "When the newest message a worker started from each RabbitMQ queue was published.",
-            ["queue"],
-            multiprocess_mode="max",
-            registry=registry,
-        ),
-        "heartbeat": Gauge(
-            "pipelines_worker_heartbeat_timestamp_seconds",
-            "When each worker process was last alive.",
-            multiprocess_mode="liveall",
-            registry=registry,
-        ),
-        "schedule_last_run": Gauge(
-            "pipelines_schedule_last_run_timestamp_seconds",
-            "When each scheduled job last ran.",
-            ["actor"],
-            multiprocess_mode="max",
-            registry=registry,
-        ),
-        "schedule_last_tick": Gauge(
-            "pipelines_schedule_last_tick_timestamp_seconds",
-            "When the scheduler last sent each scheduled job.",
-            ["actor"],
-            multiprocess_mode="max",
-            registry=registry,
-        ),
-        "schedule_missed": counter(
-            "pipelines_schedule_missed_ticks", "Ticks of scheduled jobs that no scheduler sent.", ["actor"]
-        ),
-        "schedule_interval": Gauge(
-            "pipelines_schedule_interval_seconds",
-            "Expected time between two runs of each scheduled job.",
-            ["actor"],
-            multiprocess_mode="max",
-            registry=registry,
-        ),
-    }

@@ -40,6 +40,7 @@ from pipelines.errors import (
 )
 from pipelines.flow.deadlines import DEADLINE_CHECK, DEADLINE_QUEUE, check_deadline
 from pipelines.flow.local_steps import LocalSteps
+from pipelines.flow.own_actors import LEFT_UNDONE
 from pipelines.flow.runtime import Runtime
 from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_off_while_store_down
 from pipelines.handling.holds import Hold, Holds
@@ -121,6 +122,16 @@ class PipelineSteps(Middleware):
         worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")
         if not any(isinstance(f, _StepResultWarning) for f in worker_logger.filters):
             worker_logger.addFilter(_StepResultWarning())
+        chosen = worker.consumer_whitelist
+        if chosen and DEADLINE_QUEUE not in chosen and DEADLINE_CHECK in broker.actors:
+            logger.warning(
+                "This worker reads --queues %s, not %r, the queue of the framework's own actors: unless another "
+                "worker reads it, %s. Add %r to --queues, or run a worker that reads it.",
+                " ".join(sorted(chosen)),
+                DEADLINE_QUEUE,
+                LEFT_UNDONE,
+                DEADLINE_QUEUE,
+            )
 
     def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         address = StepAddress.of(message)

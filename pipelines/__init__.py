@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pipelines.dead_letters.queues import DeadLetter, DeadLetterQueues
     from pipelines.effects import NoEffectKey, current_effect_key
     from pipelines.errors import (
+        AmbiguousId,
         BrokerAccessRefused,
         BrokerUnavailable,
         Cancelled,
@@ -67,6 +68,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "HIGH_PRIORITY",
     "LOW_PRIORITY",
+    "AmbiguousId",
     "App",
     "BrokerAccessRefused",
     "BrokerUnavailable",
@@ -148,6 +150,7 @@ _MODULES = {
     "pipelines.handling.guards": ("observational",),
     "pipelines.dead_letters.queues": ("DeadLetter", "DeadLetterQueues"),
     "pipelines.errors": (
+        "AmbiguousId",
         "BrokerAccessRefused",
         "BrokerUnavailable",
         "Cancelled",

@@ -153,7 +153,7 @@ class App:
 
         Raises:
             UnknownPipeline: Nothing is registered under ``name``.
-            DefinitionError: The arguments do not fit the pipeline's factory.
+            DefinitionError: The arguments do not fit the pipeline's factory, or it raised on them.
         """
         entry = self.pipeline(name)
         if not isinstance(entry, Node):
@@ -161,7 +161,10 @@ class App:
                 inspect.signature(entry).bind(*args, **(kwargs or {}))
             except TypeError as e:
                 raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
-            entry, args, kwargs = entry(*args, **(kwargs or {})), (), None
+            try:
+                entry, args, kwargs = entry(*args, **(kwargs or {})), (), None
+            except Exception as e:  # a factory refusing its arguments: bad input, told in one line
+                raise DefinitionError(f"Pipeline {name!r} cannot be built from {kwargs or args}: {e!r}.") from None
         return self.start(
             entry,
             args=args,

@@ -12,7 +12,11 @@ from pipelines.errors import DefinitionError
 
 
 class ConfiguredApp(Protocol):
-    """What the core asks of the configured app: start a run, publish an event."""
+    """What the core asks of the configured app: start a run, publish an event, name its pipelines."""
+
+    @property
+    def pipelines(self) -> Mapping[str, Any]:
+        """The registered pipelines, by name."""
 
     def start(
         self,

@@ -19,6 +19,7 @@ PipelinesError
 ├── MaxAgeExceeded         a message waited past its max_age (the error of its dead letter)
 ├── RunNotInStore          a step's run or step is not in the run store (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
+├── AmbiguousId            an id prefix that several runs or dead letters begin with
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
 │   └── CannotReplay       malformed, or its run has ended or expired
@@ -135,6 +136,10 @@ class MaxAgeExceeded(PipelinesError):
 class RunNotInStore(PipelinesError):
     """A step's message names a run or step the run store does not hold (expired, never created, or the
     store lost its data): dead-lettered instead of run."""
+
+
+class AmbiguousId(PipelinesError):
+    """A shortened id that the ids of several runs (or dead letters) begin with; the message lists them."""
 
 
 class DeadLetterError(PipelinesError):

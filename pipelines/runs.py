@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 from typing_extensions import TypeVar
 
 from pipelines.errors import RunCancelled, RunFailed, RunNotFound, RunTimeout
+from pipelines.ids import full_id
 from pipelines.payloads.sealing import Opening, Sealer
 from pipelines.store.base import RunStatus
 from pipelines.store.roles import RunViews
@@ -124,3 +125,21 @@ class Run(Generic[R]):
     def cancel(self) -> bool:
         """Cancel the run: steps that have not started never run. False if it had already ended."""
         return self._store.cancel_run(self.id)
+
+
+#: Length of a run's id (32 hex digits): a shorter id given by a person is a prefix to look up.
+RUN_ID_LENGTH = 32
+#: Runs an ambiguous prefix lists, at most (one more tells that there are more).
+PREFIX_CANDIDATES = 11
+
+
+def full_run_id(store: RunViews, id_or_prefix: str) -> str:
+    """The id of the run with this id, or of the one retained run whose id begins with it, as git takes
+    a commit; an id that matches nothing is returned as given (its ``status()`` raises RunNotFound).
+
+    Raises:
+        AmbiguousId: The ids of several runs begin with it.
+    """
+    if len(id_or_prefix) >= RUN_ID_LENGTH:
+        return id_or_prefix
+    return full_id(id_or_prefix, store.run_ids_starting(id_or_prefix, limit=PREFIX_CANDIDATES), what="run")

@@ -59,17 +59,26 @@ def installed(env: dict[str, str], program: str, *args: str, cwd: Path = ROOT) -
     )
 
 
+def pipelines_started(env: dict[str, str], *args: str, **popen: Any) -> subprocess.Popen[Any]:
+    """`pipelines ARGS...` in the background (``popen``: its pipes); stop it with
+    :func:`~tests.support.housekeeping.stop_process`."""
+    return start_process([str(BIN / "pipelines"), *args], env=env, cwd=ROOT, **popen)
+
+
 @pytest.fixture(scope="module")
 def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("worker") / "worker.log"
 
 
-def dramatiq_worker(env: dict[str, str], log: Path, *, threads: int) -> subprocess.Popen[bytes]:
-    """`dramatiq actors` (the stock CLI, no extra flags) in the background, writing to ``log``; stop it
-    with :func:`~tests.support.housekeeping.stop_process`."""
+def dramatiq_worker(
+    env: dict[str, str], log: Path, *, threads: int, queues: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """`dramatiq actors` (the stock CLI, no extra flags but ``--queues`` when given) in the background,
+    writing to ``log``; stop it with :func:`~tests.support.housekeeping.stop_process`."""
+    chosen = ["--queues", *queues] if queues else []
     with log.open("w") as out:
         return start_process(
-            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads)],
+            [str(BIN / "dramatiq"), "actors", "--processes", "1", "--threads", str(threads), *chosen],
             env=env,
             cwd=ROOT,
             stdout=out,
@@ -271,6 +280,12 @@ def test_config_prints_the_effective_values_with_the_password_masked(services: N
         ({"PIPELINES_BROKR__URL": "amqp://x"}, ["topology"], "PIPELINES_BROKR__URL names no section 'brokr'", 2),
         ({}, ["run", "no_such_pipeline"], "No pipeline is registered as 'no_such_pipeline'", 2),
         ({}, ["run", "order_fulfilment", "--arg", "colour=red"], "Arguments do not fit step 0.0 (charge_payment)", 2),
+        (
+            {},
+            ["run", "shard_report", "--arg", "day=2026-01-01", "--arg", "shards=abc"],
+            "Pipeline 'shard_report' cannot be built from {'day': '2026-01-01', 'shards': 'abc'}: TypeError(",
+            2,
+        ),
         ({}, ["publish", "order.placed", "{not json"], "The payload is not JSON", 2),
         ({}, ["publish", "order.placed", '{"order_id": 1}'], "Payload of actor 'start_fulfilment' is invalid", 2),
         ({}, ["publish", "order..placed", "{}"], "order..placed", 2),
@@ -412,13 +427,18 @@ def test_a_worker_that_cannot_reach_rabbitmq_keeps_trying_one_line_per_attempt(s
 
 def wait_for_dead_letter(env: dict[str, str], queue: str) -> str:
     """The id of the first dead letter of ``queue``, once the worker has dead-lettered it."""
+    return wait_for_dead_letters(env, queue, 1)[0]
+
+
+def wait_for_dead_letters(env: dict[str, str], queue: str, count: int) -> list[str]:
+    """The ids of the dead letters of ``queue``, once the worker has dead-lettered ``count`` of them."""
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         found = json.loads(pipelines(env, "dlq", "list", "--queue", queue, "--json").stdout)
-        if found:
-            return str(found[0]["id"])
+        if len(found) >= count:
+            return [str(letter["id"]) for letter in found]
         time.sleep(0.2)  # the worker dead-letters asynchronously; another process has nothing to subscribe to
-    raise AssertionError(f"no dead letter appeared in {queue}")
+    raise AssertionError(f"fewer than {count} dead letters appeared in {queue}")
 
 
 def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dict[str, str]) -> None:
@@ -443,6 +463,26 @@ def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dic
     assert replayed.stdout.strip() == f"{letter_id}  replayed"
     assert (refused.returncode, "add --yes to confirm" in refused.stderr) == (2, True)
     assert purged.stdout.strip() == "purged 1 dead letter(s)"
+
+
+def test_dead_letters_are_shown_and_replayed_by_the_start_of_their_id(env: dict[str, str]) -> None:
+    for order_id in (14, 15):
+        pipelines(env, "run", "order_fulfilment", "--arg", f"order_id={order_id}", "--arg", "total=0", "--wait")
+    ids = wait_for_dead_letters(env, "charge_payment", 2)
+    shared = ids[0][: next(i for i, (a, b) in enumerate(zip(*ids, strict=True)) if a != b)]  # maybe nothing
+
+    shown = pipelines(env, "dlq", "show", ids[0][:16], "--json")
+    ambiguous = pipelines(env, "dlq", "show", shared)
+    replayed = pipelines(env, "dlq", "replay", ids[1][:16])
+    pipelines(env, "dlq", "purge", "--queue", "charge_payment", "--yes")
+
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["id"] == ids[0]
+    assert ambiguous.returncode == 2
+    assert f"{shared!r} begins the ids of " in ambiguous.stderr  # these two, and others of the module's that may
+    assert all(letter_id in ambiguous.stderr for letter_id in ids)
+    assert ambiguous.stderr.strip().endswith("give more of the id.")
+    assert replayed.stdout.strip() == f"{ids[1]}  replayed"
 
 
 def test_worker_log_lines_are_json_with_the_ids_of_the_message_they_are_about(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -283,3 +284,25 @@ def query_with_prometheus(prometheus: str, port: int, tmp_path: Path) -> float:
         raise AssertionError("Prometheus never answered the query")
     finally:
         stop_process(server, timeout_s=TIMEOUT_S)
+
+
+def test_status_says_not_sampled_of_a_run_that_sampling_left_out(
+    receiver: Receiver, namespaces: Callable[[], str]
+) -> None:
+    endpoint = f"http://127.0.0.1:{receiver.server_address[1]}"
+    shown = {}
+    for ratio in ("0.0", "1.0"):
+        env = environment(
+            namespaces(),
+            PIPELINES_TELEMETRY__ENABLED="true",
+            PIPELINES_TELEMETRY__ENDPOINT=endpoint,
+            PIPELINES_TELEMETRY__SAMPLE_RATIO=ratio,
+        )
+        started = pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/s.jpg")  # no worker
+        assert started.returncode == 0, started.stderr
+        shown[ratio] = pipelines(env, "status", started.stdout.split()[0]).stdout
+
+    assert re.search(
+        r"^trace [0-9a-f]{32} \(not sampled: only its failed or slow steps are traced\)$", shown["0.0"], re.M
+    )
+    assert re.search(r"^trace [0-9a-f]{32}$", shown["1.0"], re.M)

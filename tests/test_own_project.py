@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.backends import AMQP_URL, REDIS_URL
+from tests.support.checkout import copy_checkout
 from tests.support.housekeeping import start_process, stop_process
 from tests.support.wheelhouse import wheelhouse
 
@@ -69,21 +70,7 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(f"setuptools>={SETUPTOOLS_AT_LEAST} builds the wheel: run `make install`.", pytrace=False)
     base = tmp_path_factory.mktemp("fresh")
     # Built from a copy of the repository's files (git's view: no build/ or egg-info of an earlier build).
-    source = base / "source"
-    tracked = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    for name in tracked.split():
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / name).is_symlink():
-            target.symlink_to(os.readlink(ROOT / name))
-        elif (ROOT / name).is_file():
-            shutil.copy2(ROOT / name, target)
+    source = copy_checkout(base / "source")
     pip = [sys.executable, "-m", "pip"]
     into_venv = [*pip, "--python", str(base / "venv" / "bin" / "python"), "install", "-q"]
     subprocess.run(

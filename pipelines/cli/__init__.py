@@ -225,7 +225,7 @@ def _command(args: argparse.Namespace) -> int:
     from pipelines.cli.output import Output
     from pipelines.config.masking import mask_text
     from pipelines.config.settings import load_settings
-    from pipelines.errors import ConfigError, DefinitionError, InvalidQuery, PipelinesError
+    from pipelines.errors import AmbiguousId, ConfigError, DefinitionError, InvalidQuery, PipelinesError
 
     try:
         settings = load_settings(args.config)
@@ -238,7 +238,7 @@ def _command(args: argparse.Namespace) -> int:
         app = configure(settings)
         app.load_modules()
         return COMMANDS[args.command](app, args, Output())
-    except (ConfigError, DefinitionError, InvalidQuery, UsageError) as e:
+    except (AmbiguousId, ConfigError, DefinitionError, InvalidQuery, UsageError) as e:
         print(f"pipelines: {mask_text(str(e))}", file=sys.stderr)
         return 2
     except PipelinesError as e:

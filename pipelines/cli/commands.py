@@ -16,9 +16,7 @@ from pipelines.errors import PipelinesError
 
 if TYPE_CHECKING:
     from pipelines.app import App
-    from pipelines.broker import ExchangeBroker
     from pipelines.store.base import RunStatus
-    from pipelines.wire.topology import Queue
 
 
 class UsageError(PipelinesError):
@@ -49,12 +47,18 @@ def run(app: App, args: argparse.Namespace, out: Output) -> int:
     )
     if not (args.wait or args.timeout):
         return 0
+    from pipelines.cli.readers import waiting_note
+
+    if args.timeout is None:  # a wait without end: say now when no worker would start the run
+        unread = waiting_note(app, started.status())
+        if unread:
+            print(f"pipelines: waiting for run {started.id}.{unread}", file=sys.stderr, flush=True)
     progress = _Progress()
     try:
         status = started.wait(args.timeout, on_change=progress.show)
     except RunTimeout as e:
         progress.clear()
-        print(f"pipelines: {e}", file=sys.stderr)
+        print(f"pipelines: {e}{waiting_note(app, started.status())}", file=sys.stderr)
         return 1
     progress.clear()
     _print_status(app, out, status)
@@ -81,7 +85,9 @@ class _Progress:
 
 
 def status(app: App, args: argparse.Namespace, out: Output) -> int:
-    found = app.get_run(args.run_id).status()
+    from pipelines.runs import full_run_id
+
+    found = app.get_run(full_run_id(app.store, args.run_id)).status()
     if args.json:
         out.json(status_json(found, app.store.run_continuations(found.run_id)))
     else:
@@ -117,7 +123,9 @@ def runs(app: App, args: argparse.Namespace, out: Output) -> int:
 
 
 def cancel(app: App, args: argparse.Namespace, out: Output) -> int:
-    handle = app.get_run(args.run_id)
+    from pipelines.runs import full_run_id
+
+    handle = app.get_run(full_run_id(app.store, args.run_id))
     if handle.cancel():
         out.line(f"{handle.id} cancelled")
         return 0
@@ -134,33 +142,12 @@ def publish(app: App, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _unread(broker: ExchangeBroker, queue: Queue) -> bool:
-    """An actor queue that no worker reads now (no worker runs, or only workers for other ``--queues``):
-    its messages wait. A queue not declared yet is not marked (``pipelines queues`` says ``missing``)."""
-    return queue.role == "actor" and broker.queue_consumers(queue.name) == 0
-
-
-def _unread_queues(app: App) -> set[str] | None:
-    """The actor queues no worker reads now, or None when that cannot be known (the embedded broker, or
-    RabbitMQ not answering: then said on stderr, and the topology is shown without it)."""
-    from pipelines.broker import ExchangeBroker
-    from pipelines.errors import BrokerUnavailable
-
-    broker = app.broker
-    if not isinstance(broker, ExchangeBroker):
-        return None
-    try:
-        return {queue.name for queue in broker.topology.queues if _unread(broker, queue)}
-    except BrokerUnavailable as e:
-        print(f"pipelines: which queues have no consumer is not shown: {e}", file=sys.stderr)
-        return None
-
-
 def topology(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.cli.readers import framework_note, unread_queues
     from pipelines.profiles.kinds import profile_of, summary
 
     declared = app.broker.topology
-    unread = _unread_queues(app)
+    unread = unread_queues(app)
     actors: list[dict[str, Any]] = []
     for actor_name in sorted(declared.actor_queues):
         actor = app.broker.get_actor(actor_name)
@@ -211,6 +198,9 @@ def topology(app: App, args: argparse.Namespace, out: Output) -> int:
         for q in data["queues"]
     ]
     out.table(["QUEUE", "ROLE", "TYPE", "NOTE"], queue_rows, title="queues")
+    note = None if unread is None else framework_note(app, unread)
+    if note:
+        out.line(note)
     bindings = [
         [b["exchange"], "->", b["queue"], b["routing_key"] or ", ".join(f"{k}={v}" for k, v in b["arguments"].items())]
         for b in data["bindings"]
@@ -227,6 +217,7 @@ def topology(app: App, args: argparse.Namespace, out: Output) -> int:
 
 def queues(app: App, args: argparse.Namespace, out: Output) -> int:
     from pipelines.broker import ExchangeBroker
+    from pipelines.cli.readers import framework_note, unread
 
     broker = app.broker
     if not isinstance(broker, ExchangeBroker):
@@ -238,8 +229,8 @@ def queues(app: App, args: argparse.Namespace, out: Output) -> int:
     found: list[dict[str, Any]] = []
     for queue in broker.topology.queues:
         count = broker.queue_depth(queue.name)
-        unread = count is not None and _unread(broker, queue)
-        found.append({"name": queue.name, "role": queue.role, "messages": count, "no_consumer": unread})
+        no_consumer = count is not None and unread(broker, queue)
+        found.append({"name": queue.name, "role": queue.role, "messages": count, "no_consumer": no_consumer})
     if args.json:
         out.json(found)
         return 0
@@ -248,6 +239,9 @@ def queues(app: App, args: argparse.Namespace, out: Output) -> int:
         messages = "missing" if q["messages"] is None else str(q["messages"])
         rows.append([q["name"], q["role"], messages, Text("no consumer" if q["no_consumer"] else "", "yellow")])
     out.table(["QUEUE", "ROLE", "MESSAGES", "NOTE"], rows)
+    note = framework_note(app, {q["name"] for q in found if q["no_consumer"]})
+    if note:
+        out.line(note)
     return 0
 
 
@@ -263,7 +257,8 @@ def dlq(app: App, args: argparse.Namespace, out: Output) -> int:
             for letter_id, outcome in outcomes.items():
                 out.line(f"{letter_id}  {outcome}")
             return 1 if any(o.startswith("not replayed") for o in outcomes.values()) else 0
-        out.line(f"{args.id}  {letters.replay(args.id, queue=args.queue)}")
+        letter_id = letters.full_id(args.id, queue=args.queue)
+        out.line(f"{letter_id}  {letters.replay(letter_id, queue=args.queue)}")
         return 0
     if not args.yes:
         raise UsageError("Purging deletes dead letters for good; add --yes to confirm.")

@@ -20,6 +20,8 @@ from pipelines.store.base import RunStatus, StepStatus
 
 #: A parallel node with more members than this shows that many (failed, retrying and running first).
 FOLD_AT = 8
+#: What a run that sampling left out has of a trace.
+NOT_SAMPLED = "not sampled: only its failed or slow steps are traced"
 
 
 def shape_of(status: RunStatus, continuations: dict[str, str]) -> ShapeNode[StepStatus]:
@@ -84,6 +86,8 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
     header.append(f"  {seconds(status.duration_s)}")
     if status.trace_id:
         header.append(f"\ntrace {status.trace_id}", style="dim")
+        if not status.trace_sampled:
+            header.append(f" ({NOT_SAMPLED})", style="dim")
     tree = Tree(header, guide_style="dim")
     now_ms = int(time.time() * 1000)
     root = shape_of(status, continuations)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -114,20 +114,37 @@ def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s:
 def run_top(app: App, *, interval_s: float, once: bool, out: TextIO = sys.stdout) -> int:
     """Refresh the view every ``interval_s`` until interrupted (one frame with ``once``).
 
-    On a terminal the frame is redrawn in place by rich's ``Live``: each refresh moves the cursor back
-    up over the last frame, erasing its lines, and writes the whole new frame, in one write (the view
-    does not scroll; unchanged lines are written again too). Each frame is laid out for the window's
-    size at that moment, so the view follows a resize. Elsewhere (``--once``, a pipe) it is printed
-    once, as plain text.
+    Rates are differences between two samples ``interval_s`` apart, so ``once`` waits that long (when
+    there are rates to show). On a terminal the frame is redrawn in place by rich's ``Live``: each
+    refresh moves the cursor back up over the last frame, erasing its lines, and writes the whole new
+    frame, in one write (the view does not scroll). Each frame is laid out for the window's size at that
+    moment, so the view follows a resize. Elsewhere (a pipe, a file) each frame is printed as plain text
+    after the one before, as soon as it is drawn.
     """
-    console = Console(file=out, width=None if out.isatty() else PLAIN_WIDTH, highlight=False)
+    terminal = out.isatty()
+    console = Console(file=out, width=None if terminal else PLAIN_WIDTH, highlight=False)
     previous, at = scrape_counts(app), time.monotonic()
     if once:
+        if previous is not None:
+            time.sleep(interval_s)
         console.print(render(app, previous, scrape_counts(app), time.monotonic() - at))
         return 0
-    with Live(render(app, None, None, 0), console=console, auto_refresh=False, screen=False) as live:
-        while True:
-            time.sleep(interval_s)
-            current, now = scrape_counts(app), time.monotonic()
-            live.update(render(app, previous, current, now - at), refresh=True)
-            previous, at = current, now
+    frames = _frames(app, interval_s, previous, at)
+    if not terminal:
+        for frame in frames:
+            console.print(frame)
+            out.flush()
+    with Live(next(frames), console=console, auto_refresh=False, screen=False) as live:
+        for frame in frames:
+            live.update(frame, refresh=True)
+    return 0
+
+
+def _frames(app: App, interval_s: float, previous: Counts | None, at: float) -> Iterator[Group]:
+    """The first frame at once (without rates), then one every ``interval_s``, forever."""
+    yield render(app, None, None, 0)
+    while True:
+        time.sleep(interval_s)
+        current, now = scrape_counts(app), time.monotonic()
+        yield render(app, previous, current, now - at)
+        previous, at = current, now

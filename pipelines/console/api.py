@@ -39,6 +39,7 @@ from pipelines.console.data import ConsoleData
 from pipelines.console.shape import ShapeNode
 from pipelines.console.views import RunFilter, RunView
 from pipelines.errors import (
+    AmbiguousId,
     CannotReplay,
     DeadLetterError,
     DeadLetterNotFound,
@@ -127,7 +128,7 @@ def answering(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
     async def answer(request: Request) -> Response:
         try:
             return await handler(request)
-        except (BadRequest, InvalidQuery) as e:
+        except (BadRequest, InvalidQuery, AmbiguousId) as e:
             return json_response({"error": str(e)}, 400)
         except (RunNotFound, DeadLetterNotFound) as e:
             return json_response({"error": str(e)}, 404)
@@ -190,8 +191,8 @@ def routes(data: ConsoleData) -> list[Route]:
 
     @answering
     async def replay(request: Request) -> Response:
-        outcome = await run_in_threadpool(data.replay, request.path_params["letter_id"])
-        return json_response({"id": request.path_params["letter_id"], "outcome": outcome})
+        letter_id, outcome = await run_in_threadpool(data.replay, request.path_params["letter_id"])
+        return json_response({"id": letter_id, "outcome": outcome})
 
     @answering
     async def replay_all(request: Request) -> Response:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,8 @@ from pipelines.console.views import (
     WorkerView,
 )
 from pipelines.dead_letters.queues import DeadLetter
+from pipelines.flow.own_actors import unread_note
+from pipelines.runs import full_run_id
 from pipelines.store.base import RunSummary, StepStatus
 from pipelines.wire.naming import dead_letter_queue
 
@@ -150,10 +153,10 @@ class ConsoleData:
         Raises:
             RunNotFound: No such run, or past its retention.
         """
-        status = self.app.get_run(run_id).status()
+        status = self.app.get_run(full_run_id(self.app.store, run_id)).status()
         now_ms = int(time.time() * 1000)
         steps = tuple(_step_view(step, now_ms) for step in status.steps)
-        continuations = self.app.store.run_continuations(run_id)
+        continuations = self.app.store.run_continuations(status.run_id)
         shape = build_shape(
             [(s.node, s.actor, s) for s in steps],
             continuations,
@@ -178,6 +181,7 @@ class ConsoleData:
             correlation_id=status.correlation_id,
             trace_id=status.trace_id,
             trace_url=f"{jaeger}/trace/{status.trace_id}" if jaeger and status.trace_id else None,
+            trace_sampled=status.trace_sampled,
             result_json=status.result_json,
             steps=steps,
             counts=counts,
@@ -225,7 +229,7 @@ class ConsoleData:
         Raises:
             RunNotFound: No such run.
         """
-        run = self.app.get_run(run_id)
+        run = self.app.get_run(full_run_id(self.app.store, run_id))
         cancelled = run.cancel()
         return cancelled, run.status().state
 
@@ -259,13 +263,15 @@ class ConsoleData:
         """
         return _letter(self.app.dead_letters.show(letter_id), time.time())
 
-    def replay(self, letter_id: str) -> str:
-        """Send a dead letter back to its actor (inside its run); what happened.
+    def replay(self, letter_id: str) -> tuple[str, str]:
+        """Send a dead letter (its id, or the start of it) back to its actor (inside its run); its whole id,
+        and what happened.
 
         Raises:
-            DeadLetterNotFound, CannotReplay: As ``pipelines dlq replay`` says.
+            DeadLetterNotFound, CannotReplay, AmbiguousId: As ``pipelines dlq replay`` says.
         """
-        return self.app.dead_letters.replay(letter_id)
+        letter_id = self.app.dead_letters.full_id(letter_id)
+        return letter_id, self.app.dead_letters.replay(letter_id)
 
     def replay_all(self, *, queue: str | None = None, reason: str | None = None) -> dict[str, str]:
         """Replay every dead letter of a filter; what happened to each, by id."""
@@ -310,17 +316,23 @@ class ConsoleData:
         if depth is None:
             notes.append("The embedded broker keeps no queues between processes: depths are not known.")
         topology = self.app.broker.topology
+        reading: Callable[[str], int | None] | None = getattr(self.app.broker, "queue_consumers", None)
         queues = []
         for actor, queue in sorted(topology.actor_queues.items()):
             consume = topology.consume_queues.get(actor, (queue,))
             depths = [depth(q) for q in consume] if depth else []
+            consumers = [reading(q) for q in consume] if reading else []
             queues.append(
                 QueueView(
                     actor=actor,
                     queue=queue,
                     profile=topology.actor_profiles.get(actor, ""),
-                    depth=sum(d for d in depths if d is not None) if depths and None not in depths else None,
+                    depth=_total(depths),
                     dead=depth(dead_letter_queue(queue)) if depth else None,
+                    consumers=sum(c for c in consumers if c is not None)
+                    if consumers and None not in consumers
+                    else None,
+                    processing=sample.in_flight.get(actor, 0.0) if sample and not sample.unreachable else None,
                     rate_per_s=scrape.rate(self._previous, self._latest, "processed", actor) if self._latest else None,
                     failed_per_s=scrape.rate(self._previous, self._latest, "failed", actor) if self._latest else None,
                     oldest_age_s=max((sample.oldest_age_s.get(q, 0.0) for q in consume), default=None)
@@ -328,6 +340,8 @@ class ConsoleData:
                     else None,
                 )
             )
+        note = unread_note(self.app.broker, {q.queue for q in queues if q.consumers == 0})
+        notes += [note] if note else []
         now = time.time()
         horizon = HEARTBEATS_BEFORE_GONE * self.app.settings.metrics.heartbeat_interval_s
         workers = tuple(
@@ -338,3 +352,8 @@ class ConsoleData:
             if now - beat <= SHOW_GONE_FOR_S
         )
         return Overview(tuple(queues), workers, tuple(notes), now)
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """The sum of an actor's queues' counts (its partitions'), None when one of them is not known."""
+    return sum(c for c in counts if c is not None) if counts and None not in counts else None

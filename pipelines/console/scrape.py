@@ -22,6 +22,7 @@ MIN_INTERVAL_S = 1.0
 #: Samples the console reads, and nothing else.
 PROCESSED = "pipelines_messages_processed_total"
 FAILED = "pipelines_messages_failed_total"
+IN_FLIGHT = "pipelines_messages_in_flight"
 OLDEST_AGE = "pipelines_queue_oldest_message_age_seconds"
 HEARTBEAT = "pipelines_worker_heartbeat_timestamp_seconds"
 
@@ -33,6 +34,8 @@ class Sample:
     at: float
     processed: dict[str, float] = field(default_factory=dict)
     failed: dict[str, float] = field(default_factory=dict)
+    in_flight: dict[str, float] = field(default_factory=dict)
+    """actor → messages being processed now."""
     oldest_age_s: dict[str, float] = field(default_factory=dict)
     heartbeats: dict[tuple[str, str], float] = field(default_factory=dict)
     """(endpoint, pid) → epoch seconds of the last heartbeat (pid "" for a worker of one process)."""
@@ -54,8 +57,8 @@ def read(endpoints: list[str], namespace: str | None = None) -> Sample:
             for s in family.samples:
                 if namespace is not None and s.labels.get(NAMESPACE_LABEL) != namespace:
                     continue
-                if s.name in (PROCESSED, FAILED):
-                    table = sample.processed if s.name == PROCESSED else sample.failed
+                if s.name in (PROCESSED, FAILED, IN_FLIGHT):
+                    table = {PROCESSED: sample.processed, FAILED: sample.failed, IN_FLIGHT: sample.in_flight}[s.name]
                     actor = s.labels.get("actor", "?")
                     table[actor] = table.get(actor, 0.0) + s.value
                 elif s.name == OLDEST_AGE:

@@ -81,6 +81,8 @@ class RunView:
     correlation_id: str | None
     trace_id: str | None
     trace_url: str | None
+    trace_sampled: bool
+    """False when sampling left the run out: its trace holds its failed or slow steps only, if any."""
     result_json: str | None
     steps: tuple[StepView, ...]
     counts: dict[str, int]
@@ -135,6 +137,10 @@ class QueueView:
     profile: str
     depth: int | None
     dead: int | None
+    consumers: int | None
+    """Consumers reading the queue now, in every worker process (None when not known)."""
+    processing: float | None
+    """Messages the workers are processing now, not yet acknowledged (from their metrics)."""
     rate_per_s: float | None
     failed_per_s: float | None
     oldest_age_s: float | None

@@ -9,6 +9,7 @@ run or a message is text, never markup.
 from __future__ import annotations
 
 import time
+import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +27,14 @@ from pipelines.app import App
 from pipelines.console import api
 from pipelines.console.data import ConsoleData
 from pipelines.console.security import HEADERS, Guard
-from pipelines.errors import DeadLetterNotFound, InvalidQuery, PipelinesError, RunNotFound, ServiceUnavailable
+from pipelines.errors import (
+    AmbiguousId,
+    DeadLetterNotFound,
+    InvalidQuery,
+    PipelinesError,
+    RunNotFound,
+    ServiceUnavailable,
+)
 from pipelines.payloads.sealing import SEALED_KEY
 
 #: What a value that is not known (yet) shows as: an en dash.
@@ -119,6 +127,17 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+async def _find_run(request: Request) -> Response:
+    """The runs page's id box: to the run's page, which takes the start of an id too."""
+    given = urllib.parse.quote(request.query_params.get("id", "").strip())
+    return RedirectResponse(f"/runs/{given}" if given else "/runs", status_code=303)
+
+
+def _status(error: PipelinesError) -> int:
+    """A page's status for an id that names nothing (404) or several runs or dead letters (400)."""
+    return 400 if isinstance(error, AmbiguousId) else 404
+
+
 def build_console(app: App, *, host: str | None = None) -> Starlette:
     """The console for ``app``: pages, ``/api/``, static files, behind :class:`~pipelines.console.security.Guard`.
 
@@ -170,8 +189,8 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
         expand = tuple(request.query_params.getlist("expand"))
         try:
             view = await run_in_threadpool(data.run, run_id, fold_at=FOLD_AT, expand=expand)
-        except RunNotFound as e:
-            return problem(request, 404, str(e))
+        except (RunNotFound, AmbiguousId) as e:
+            return problem(request, _status(e), str(e))
         node = request.query_params.get("step") or view.failed_step
         detail = await run_in_threadpool(data.step, view, node) if node else None
         return render(request, "run", run=view, detail=detail, expand=expand)
@@ -200,8 +219,8 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
     async def dead_letter(request: Request) -> Response:
         try:
             letter = await run_in_threadpool(data.dead_letter, request.path_params["letter_id"])
-        except DeadLetterNotFound as e:
-            return problem(request, 404, str(e))
+        except (DeadLetterNotFound, AmbiguousId) as e:
+            return problem(request, _status(e), str(e))
         return render(request, "dead_letter", letter=letter)
 
     async def queues(request: Request) -> Response:
@@ -230,6 +249,7 @@ def build_console(app: App, *, host: str | None = None) -> Starlette:
         routes=[
             Route("/", home),
             Route("/runs", runs),
+            Route("/runs/find", _find_run),  # before the run's own route, which would take "find" for an id
             Route("/runs/{run_id}", run),
             Route("/dead-letters", dead_letters),
             Route("/dead-letters/{letter_id}", dead_letter),

@@ -20,6 +20,7 @@ from dramatiq.common import current_millis
 from pipelines import options as opt
 from pipelines.dead_letters.reasons import DeadLetterAdmin, DeadLetterReason, RawDeadLetter
 from pipelines.errors import CannotReplay, DeadLetterError, DeadLetterNotFound, PipelinesError
+from pipelines.ids import full_id
 from pipelines.store.roles import OnceMarks, StepReplays
 from pipelines.wire import naming
 from pipelines.wire.codec import MalformedMessage, decode_message
@@ -92,13 +93,25 @@ class DeadLetterQueues:
             for raw in self.broker.peek_dead_letters(dead, limit)
         ]
 
+    def full_id(self, id_or_prefix: str, *, queue: str | None = None) -> str:
+        """The id of the dead letter (of ``queue``) with this id, or of the one whose id begins with it, as
+        git takes a commit; an id that matches nothing is returned as given.
+
+        Raises:
+            AmbiguousId: The ids of several dead letters begin with it.
+        """
+        return full_id(id_or_prefix, (letter.id for letter in self.list(queue, limit=10_000)), what="dead letter")
+
     def show(self, letter_id: str) -> DeadLetter:
-        """The dead letter with this id.
+        """The dead letter with this id, or the one whose id begins with it.
 
         Raises:
             DeadLetterNotFound: It is in no dead-letter queue of this namespace.
+            AmbiguousId: The ids of several dead letters begin with it.
         """
-        for letter in self.list(limit=10_000):
+        letters = self.list(limit=10_000)
+        letter_id = full_id(letter_id, (letter.id for letter in letters), what="dead letter")
+        for letter in letters:
             if letter.id == letter_id:
                 return letter
         raise DeadLetterNotFound(f"No dead letter {letter_id} in namespace {self.broker.topology.namespace!r}.")

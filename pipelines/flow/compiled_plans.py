@@ -12,11 +12,12 @@ dict): those are serialized for each run, as they are at that moment.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import dramatiq
 import orjson
@@ -101,12 +102,37 @@ class CompiledPlan:
 
     def _check_actors(self, broker: PipelineBroker, actors: tuple[dramatiq.Actor[Any, Any] | None, ...]) -> None:
         unknown = sorted(name for name, actor in zip(self._actor_names, actors, strict=True) if actor is None)
+        elsewhere = _declared_elsewhere(broker, unknown)
+        if elsewhere:
+            raise UnknownActor(
+                f"Actor(s) {', '.join(elsewhere)} are declared, but on another broker than this app's: "
+                "they were declared before pipelines.configure() ran (@dramatiq.actor without broker= takes "
+                "the broker Dramatiq has at that moment). Call pipelines.configure() before the actors are "
+                "declared (at the top of their module, or before importing it), or pass broker=app.broker."
+            )
         if unknown:
             raise UnknownActor(
                 f"Unknown actor(s) {', '.join(map(repr, unknown))}: no such actor is declared on this broker. "
                 "Import the module that defines them before starting the pipeline."
             )
         _check_arguments(broker, self._continuations, StepInput((None,)))
+
+
+def _declared_elsewhere(broker: PipelineBroker, names: Sequence[str]) -> list[str]:
+    """Of ``names``, the actors a loaded module declares on another broker, as ``'name' (module.attribute)``.
+
+    Read only when a start is refused: it walks every module's globals.
+    """
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        for attribute, value in list(vars(module).items()):
+            if (
+                isinstance(value, dramatiq.Actor)
+                and value.actor_name in names
+                and value.broker is not cast(Any, broker)
+            ):
+                found.append(f"{value.actor_name!r} ({module_name}.{attribute})")
+    return sorted(set(found))
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:

@@ -256,6 +256,7 @@ class RunStarts:
             correlation_id=correlation_id,
             deadline_s=deadline_s,
             trace_id=format(trace_id, "032x") if trace_id is not None else None,
+            trace_sampled=span is None or span.get_span_context().trace_flags.sampled,
             first_input=first[1] if first is not None else None,
             delay_ms=delay_ms,
         )

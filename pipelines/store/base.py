@@ -60,6 +60,8 @@ class NewRun:
     """Seconds from creation after which no further step starts and the run fails."""
     trace_id: str | None = None
     """The run's trace (hex), to find it in Jaeger."""
+    trace_sampled: bool = True
+    """Whether sampling keeps the run's whole trace; when not, its trace holds its failed or slow steps only."""
     first_input: str | None = None
     """What the first steps receive after their own bound arguments: JSON ``[args, kwargs]`` (sealed
     when one of their actors encrypts), kept so that the stall sweep can publish them again."""
@@ -100,6 +102,8 @@ class RunStatus:
     failed_step: str | None = None
     correlation_id: str | None = None
     trace_id: str | None = None
+    trace_sampled: bool = True
+    """False for a run that sampling left out: its trace holds its failed or slow steps only, if any."""
     steps: tuple[StepStatus, ...] = field(default_factory=tuple)
 
     @property

@@ -10,6 +10,7 @@ script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
@@ -144,6 +145,7 @@ class RedisRunStore(RedisRecords):
             run.trace_id or "",
             run.first_input or "",
             run.delay_ms,
+            "1" if run.trace_sampled else "0",
         ]
         for node, actor in run.steps:
             up = run.frames.get(node)
@@ -180,6 +182,16 @@ class RedisRunStore(RedisRecords):
         with self._answering():
             ids = self._redis.zrevrange(recent_runs_key(self._namespace), 0, limit - 1)
         return [replies.text(run_id) for run_id in ids]
+
+    def run_ids_starting(self, prefix: str, *, limit: int) -> list[str]:
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+        found: list[str] = []
+        with self._answering():
+            for run_id, _ in self._redis.zscan_iter(recent_runs_key(self._namespace), match=pattern):
+                found.append(replies.text(run_id))
+                if len(found) >= limit:
+                    break
+        return found
 
     def find_runs(self, query: RunQuery, *, limit: int, cursor: str | None = None) -> RunPage:
         run_id = self.run_for_key(query.key) if query.key is not None and cursor is None else None

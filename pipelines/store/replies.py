@@ -369,5 +369,6 @@ def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStat
         failed_step=field("failed_step"),
         correlation_id=field("correlation_id"),
         trace_id=field("trace_id"),
+        trace_sampled=field("trace_sampled") != "0",  # a run created before the flag was kept: as sampled
         steps=tuple(step_list),
     )

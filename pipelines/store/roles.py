@@ -160,6 +160,9 @@ class RunViews(RunStates, Protocol):
     def recent_runs(self, limit: int) -> list[str]:
         """Ids of the namespace's newest runs, newest first."""
 
+    def run_ids_starting(self, prefix: str, *, limit: int) -> list[str]:
+        """Ids of retained runs that begin with ``prefix``, ``limit`` at most, in no order."""
+
     def find_runs(self, query: RunQuery, *, limit: int, cursor: str | None = None) -> RunPage:
         """Runs that match ``query``, newest first, ``limit`` at most, from ``cursor`` (a previous page's).
 

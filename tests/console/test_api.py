@@ -6,16 +6,28 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pipelines import chain, chord, fan_out, group, step
+from pipelines.app import build_app
 from pipelines.composition import Node
 from pipelines.dead_letters.reasons import DeadLetterReason
-from tests.console.conftest import DB_PASSWORD, JAEGER_URL, Console, served_console
+from pipelines.wire.naming import run_id_for_key
+from tests.console.conftest import (
+    DB_PASSWORD,
+    JAEGER_URL,
+    Console,
+    console_settings,
+    declare_actors,
+    served_console,
+)
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -231,6 +243,41 @@ def test_dead_letters_are_listed_shown_and_replayed_into_their_runs(console: Con
     assert again.status_code == 404
 
 
+def keys_of_runs_that_begin_alike(namespace: str, name: str) -> tuple[str, str]:
+    """Two idempotency keys whose runs' ids begin with the same two characters."""
+    seen: dict[str, str] = {}
+    for number in range(257):  # 256 two-character starts: two of 257 keys share one
+        key = f"{name}-{number}"
+        first = seen.setdefault(run_id_for_key(namespace, key)[:2], key)
+        if first != key:
+            return first, key
+    raise AssertionError("unreachable")
+
+
+def test_runs_and_dead_letters_are_found_by_the_start_of_their_id(console: Console, http: httpx.Client) -> None:
+    name, echo = console.pipeline_name("prefixed"), console.actors.echo
+    keys = keys_of_runs_that_begin_alike(console.app.settings.namespace, name)
+    runs = [console.app.start(step(echo, "x"), name=name, idempotency_key=key) for key in keys]
+    shared = runs[0].id[:2]
+    for run in runs:
+        run.wait(timeout_s=30)
+    letter_run = failed_run(console, 3)
+    letter_id = next(x.id for x in console.app.dead_letters.list("flaky") if x.reason.run_id == letter_run.id)
+
+    shown = http.get(f"/api/runs/{runs[0].id[:12]}")
+    ambiguous = http.get(f"/api/runs/{shared}")
+    letter = http.get(f"/api/dead-letters/{letter_id[:16]}")
+    console.actors.broken.clear()
+    replayed = http.post(f"/api/dead-letters/{letter_id[:16]}/replay", headers=authorized(console))
+
+    assert (shown.status_code, shown.json()["run_id"]) == (200, runs[0].id)
+    assert ambiguous.status_code == 400
+    assert all(run.id in ambiguous.json()["error"] for run in runs)
+    assert (letter.status_code, letter.json()["id"]) == (200, letter_id)
+    assert replayed.json() == {"id": letter_id, "outcome": "replayed"}
+    assert letter_run.wait(timeout_s=30).state == "succeeded"
+
+
 def test_replaying_all_of_a_filter_and_purging_with_confirmation(console: Console, http: httpx.Client) -> None:
     runs = [failed_run(console, x) for x in (1, 2)]
     filtered = {"queue": "flaky", "reason": "retries exhausted"}
@@ -279,6 +326,25 @@ def test_queues_show_depths_rates_and_the_live_workers(console: Console, http: h
     assert rate > 0
 
 
+def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    app = build_app(console_settings(free_port()), span_exporter=InMemorySpanExporter())  # and no worker
+    actors = declare_actors(app)
+    try:
+        app.start(step(actors.double, 1))  # declares the namespace's queues
+        with served_console(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+            page = client.get("/queues").text
+            shown = client.get("/api/queues").json()
+    finally:
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+    assert "No worker reads Dramatiq queue &#39;pipelines&#39;, the framework&#39;s own actors" in page
+    assert any("run deadlines are not enforced" in note for note in shown["notes"])
+    assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
+
+
 def test_sealed_values_stay_sealed_in_runs_steps_dead_letters_and_pages(console: Console, http: httpx.Client) -> None:
     a, pan = console.actors, "4111111111111111"
     name = console.pipeline_name("sealed")
@@ -321,6 +387,22 @@ def test_the_trace_id_links_to_jaeger(console: Console, http: httpx.Client) -> N
     assert (shown["trace_id"], shown["trace_url"]) == (trace_id, f"{JAEGER_URL}/trace/{trace_id}")
     page = http.get(f"/runs/{run.id}").text
     assert f'<a class="mono" href="{JAEGER_URL}/trace/{trace_id}" target="_blank" rel="noopener noreferrer">' in page
+    assert shown["trace_sampled"] is True
+    assert "not sampled" not in page
+
+
+def test_a_run_that_sampling_left_out_says_not_sampled(console: Console, http: httpx.Client) -> None:
+    # A caller whose own span was not sampled (a web request, say): the run follows its decision.
+    caller = trace.SpanContext(trace_id=0xABC, span_id=0xDEF, is_remote=True, trace_flags=trace.TraceFlags(0))
+    with trace.use_span(trace.NonRecordingSpan(caller)):
+        run = console.app.start(step(console.actors.double, 4), name=console.pipeline_name("left-out"))
+    run.wait(timeout_s=30)
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    page = http.get(f"/runs/{run.id}").text
+
+    assert (shown["trace_id"], shown["trace_sampled"]) == (f"{0xABC:032x}", False)
+    assert "not sampled: only its failed or slow steps are traced" in page
 
 
 def test_secrets_in_errors_and_tracebacks_are_masked_wherever_the_console_shows_them(

@@ -17,6 +17,7 @@ from playwright.sync_api import expect
 
 from pipelines import chain, chord, fan_out, for_each, group, step
 from tests.console.conftest import ARTIFACTS, JAEGER_URL, Console
+from tests.console.test_api import keys_of_runs_that_begin_alike
 
 pytestmark = pytest.mark.integration
 
@@ -268,9 +269,14 @@ def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> N
     page.goto(f"{console.url}/queues")
     expect(page.locator("table.workers tbody tr")).to_have_count(1)
     expect(page.locator("table.workers .state")).to_have_text("alive")
+    expect(page.locator("p.note", has_text="No worker reads Dramatiq queue")).to_have_count(0)
     flaky = page.locator("table.queues tr", has=page.get_by_role("cell", name="flaky", exact=True))
     expect(flaky.locator("a.dead")).to_have_text(re.compile(r"[1-9]\d*"))
-    rate = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td").nth(5)
+    double = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td")
+    expect(double.nth(4)).to_have_text(re.compile(r"[1-9]\d*"))  # consumers: the worker's
+    expect(double.nth(5)).to_have_text(re.compile(r"\d+"))  # being processed now, from the worker's metrics
+    expect(page.locator("table.queues thead")).to_contain_text("ConsumersProcessing")
+    rate = double.nth(7)
     deadline = time.monotonic() + 30
     while not re.fullmatch(r"0*[1-9]\d*\.\d|0\.[1-9]", rate.text_content() or ""):
         assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
@@ -301,3 +307,26 @@ def test_a_chord_under_way_as_the_readme_pictures_it(console: Console, page: Any
     README_PICTURE.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(README_PICTURE))
     run.cancel()
+
+
+def test_a_run_is_opened_by_the_start_of_its_id_from_the_runs_page(console: Console, page: Any, shoot: Shoot) -> None:
+    name = console.pipeline_name("found")
+    keys = keys_of_runs_that_begin_alike(console.app.settings.namespace, name)
+    runs = [console.app.start(step(console.actors.double, 1), name=name, idempotency_key=key) for key in keys]
+    for run in runs:
+        run.wait(timeout_s=30)
+
+    page.goto(f"{console.url}/runs")
+    page.get_by_label("Run id").fill(runs[0].id[:12])
+    page.get_by_role("button", name="Open").click()
+    expect(page.locator("p.crumbs")).to_contain_text(runs[0].id)
+    shoot("opened")
+
+    page.goto(f"{console.url}/runs")
+    page.get_by_label("Run id").fill(runs[0].id[:2])
+    page.get_by_role("button", name="Open").click()
+    shown = page.locator("main")
+    expect(shown).to_contain_text("give more of the id")
+    for run in runs:
+        expect(shown).to_contain_text(run.id)
+    shoot("ambiguous")

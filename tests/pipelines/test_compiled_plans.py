@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -12,6 +16,7 @@ from pipelines.errors import DefinitionError, UnknownActor
 from pipelines.flow import plan as plan_module
 from pipelines.flow.compiled_plans import compiled_plan
 from tests.support.fixtures import MakeApp, StartWorker
+from tests.test_cli import environment
 
 TIMEOUT_S = 30
 
@@ -113,3 +118,40 @@ def test_a_compiled_plan_checks_each_broker_it_starts_on(make_app: MakeApp) -> N
 
     with pytest.raises(UnknownActor, match="'count'"):
         other.start(pipeline, args=(1,))
+
+
+SHOP = """
+import dramatiq
+
+import pipelines
+
+
+@dramatiq.actor
+def ship(order_id: int) -> None: ...
+
+
+app = pipelines.configure()
+app.register("shipping", pipelines.step(ship, 1))
+"""
+
+
+def test_an_actor_declared_before_configure_is_refused_with_the_order_to_change(
+    namespaces: Callable[[], str], tmp_path: Path
+) -> None:
+    (tmp_path / "shop.py").write_text(SHOP)
+
+    started = subprocess.run(
+        [sys.executable, "-c", "import shop; shop.app.run('shipping')"],
+        env=environment(namespaces()),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+    assert started.returncode == 1
+    error = started.stderr.strip().splitlines()[-1]
+    assert error.startswith("pipelines.errors.UnknownActor: Actor(s) 'ship' (shop.ship) are declared, but on another")
+    assert "declared before pipelines.configure() ran" in error
+    assert "Call pipelines.configure() before the actors are declared" in error

@@ -3,7 +3,8 @@
 -- KEYS[1] run key (every key this script touches extends it, so it runs in one Redis Cluster slot)
 -- ARGV: run_id, pipeline, retention_ms, idempotency_key, n_steps, n_starts, correlation id,
 --       deadline in ms from now (0 for none), trace id ('' for none), what the first steps receive
---       (json, '' for none), ms until the first steps are due (their start delay),
+--       (json, '' for none), ms until the first steps are due (their start delay), whether the trace
+--       is sampled ('1', or '0': only its failed or slow steps are exported),
 --       then n_steps pairs (step id, step json), then n_starts triples (step id, leaves json, entry ids):
 --       where steps start, the first ones under the root's id and each chain continuation under its own
 -- A run is touched (see stall.lua) when its first steps are due.
@@ -15,9 +16,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', run, 'id', ARGV[1], 'pipeline', ARGV[2], 'status', 'pending', 'created_at', now,
   'idempotency_key', ARGV[4], 'correlation_id', ARGV[7], 'touched', now + tonumber(ARGV[11]))
 if tonumber(ARGV[8]) > 0 then redis.call('HSET', run, 'deadline_at', now + tonumber(ARGV[8])) end
-if ARGV[9] ~= '' then redis.call('HSET', run, 'trace_id', ARGV[9]) end
+if ARGV[9] ~= '' then redis.call('HSET', run, 'trace_id', ARGV[9], 'trace_sampled', ARGV[12]) end
 if ARGV[10] ~= '' then redis.call('HSET', run .. ':inputs', '0', ARGV[10]) end
-local i = 12
+local i = 13
 for _ = 1, tonumber(ARGV[5]) do
   redis.call('HSET', run .. ':steps', ARGV[i], ARGV[i + 1])
   i = i + 2

@@ -88,6 +88,21 @@ def test_run_for_key_finds_the_run_a_key_started_and_nothing_for_an_unknown_key(
     assert store.run_for_key("order-8") is None
 
 
+def test_runs_are_found_by_the_start_of_their_id_with_glob_characters_taken_as_they_are(
+    store: RunStore, new_chord: NewChord
+) -> None:
+    runs = [replace(new_chord(1), run_id=run_id) for run_id in ("ab12", "ab34", "a*c", "a?c")]
+    for run in runs:
+        store.create_run(run)
+
+    assert sorted(store.run_ids_starting("ab", limit=10)) == ["ab12", "ab34"]
+    assert store.run_ids_starting("ab3", limit=10) == ["ab34"]
+    assert store.run_ids_starting("a*", limit=10) == ["a*c"]
+    assert store.run_ids_starting("a?", limit=10) == ["a?c"]
+    assert len(store.run_ids_starting("a", limit=2)) == 2
+    assert store.run_ids_starting("z", limit=10) == []
+
+
 def test_recent_runs_lists_the_newest_first_up_to_the_limit(store: RunStore, new_chord: NewChord) -> None:
     assert store.recent_runs(10) == []
     # Ids ascending in creation order, so runs created within one millisecond still sort newest first.
