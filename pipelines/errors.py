@@ -4,6 +4,7 @@ PipelinesError
 ├── ConfigError            config.toml or a PIPELINES_* variable is invalid
 ├── DefinitionError        a pipeline or actor cannot be built as written
 │   ├── InvalidActorOption an actor option has a value its middleware cannot use
+│   ├── TopologyMismatch   a queue or exchange exists in RabbitMQ with other arguments
 │   ├── UnknownActor       a step names an actor nobody declared
 │   └── UnknownPipeline    `run NAME` names no registered pipeline
 ├── ServiceUnavailable     a service does not answer
@@ -20,6 +21,7 @@ PipelinesError
 ├── RunNotInStore          a step's run or step is not in the run store (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── AmbiguousId            an id prefix that several runs or dead letters begin with
+├── Cancelled              raised in an actor by report_progress() once its run is cancelled: let it propagate
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
 │   └── CannotReplay       malformed, or its run has ended or expired
