@@ -69,3 +69,15 @@ def shipped(services: None, delete_namespace: Callable[[str], None], tmp_path: P
     made.ledger.clear()
     made.app.close()
     delete_namespace(namespace)
+
+
+@pytest.fixture
+def renewing(services: None, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
+    """A scenario whose lease is short and whose time limit is the shipped one: a step outlives many leases."""
+    namespace = fresh_namespace()
+    made = scenario(namespace, tmp_path / "worker.log", store={"step_lease_s": LEASE_S})
+    yield made
+    made.workers.stop()
+    made.ledger.clear()
+    made.app.close()
+    delete_namespace(namespace)

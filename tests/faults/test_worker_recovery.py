@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import pytest
 from pipelines import chain, chord, group, step
 from pipelines.config.sections import StoreConfig
 from tests.support.faults.fault_scenario import Fault, Workers
-from tests.support.housekeeping import rabbitmqctl
 
 #: What a killed worker's step waits for at most: the rest of its lease (``store.step_lease_s``, renewed
 #: each quarter of it while the worker lived), the delay tier the copy put off comes back in, and the
@@ -25,8 +23,6 @@ from tests.support.housekeeping import rabbitmqctl
 SLACK_S = 10
 #: How long the steps that get killed take.
 STEP_S = 4.0
-#: How many leases the step of the last test runs for, renewed all along.
-LONG_STEPS_IN_LEASES = 3
 
 
 @pytest.fixture(autouse=True)
@@ -147,18 +143,3 @@ def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refuse
     assert local.result(timeout_s=1) == f"frozen-local@{taken_over_by['frozen-local']}"
     assert shipped.ledger.count("hold", "executions") == {"frozen": 2, "after": 1, "lead": 1, "frozen-local": 2}
     assert shipped.ledger.count("slow", "effects") == {"frozen-key": 1}
-
-
-def test_a_step_running_many_leases_long_on_a_live_worker_is_never_taken_over(shipped: Fault) -> None:
-    """Its copy, redelivered when RabbitMQ closes the worker's connections, finds the lease renewed."""
-    hold = shipped.actors["hold"]
-    lease_s = shipped.app.settings.store.step_lease_s
-    run = shipped.app.start(step(hold, "long", LONG_STEPS_IN_LEASES * lease_s))
-    shipped.workers.start()
-    shipped.wait_until(lambda: executions(shipped, "hold", "long") == 1, "the long step started")
-
-    subprocess.run([*rabbitmqctl(), "-q", "close_all_connections", "recovery test"], check=True, capture_output=True)
-    status = run.wait(LONG_STEPS_IN_LEASES * lease_s + 60)
-
-    assert status.state == "succeeded"
-    assert shipped.ledger.count("hold", "executions") == {"long": 1}
