@@ -20,6 +20,7 @@ PipelinesError
 ├── RunNotInStore          a step's run or step is not in the run store (the error of its dead letter)
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── AmbiguousId            an id prefix that several runs or dead letters begin with
+├── CannotRerun            a run that has not ended, was built on the spot or kept no input
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
 │   └── CannotReplay       malformed, or its run has ended or expired
@@ -152,6 +153,10 @@ class DeadLetterNotFound(DeadLetterError):
 
 class CannotReplay(DeadLetterError):
     """The dead letter cannot be replayed; the message says why and what to do."""
+
+
+class CannotRerun(PipelinesError):
+    """A run cannot be re-run; the message says why."""
 
 
 class RunError(PipelinesError):

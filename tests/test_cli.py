@@ -174,6 +174,25 @@ def test_cancel_reports_a_run_that_already_ended(env: dict[str, str]) -> None:
     assert "had already ended (succeeded); nothing to cancel" in result.stdout
 
 
+def test_status_shows_a_run_s_input_and_rerun_starts_it_again_as_a_new_run(env: dict[str, str]) -> None:
+    started = pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/b.jpg", "--wait")
+    run_id = started.stdout.split()[0]
+
+    shown = pipelines(env, "status", run_id)
+    rerun = pipelines(env, "rerun", run_id[:12])
+    again = pipelines(env, "status", rerun.stdout.strip(), "--json")
+
+    assert 'input url="https://example.com/b.jpg"' in shown.stdout
+    assert rerun.returncode == 0, rerun.stderr
+    status = json.loads(again.stdout)
+    assert (status["pipeline"], status["rerun_of"]) == ("thumbnails", run_id)
+    assert status["input"] == [[], {"url": "https://example.com/b.jpg"}]
+    assert f"re-run of {run_id}" in pipelines(env, "status", status["run_id"]).stdout
+    missing = pipelines(env, "rerun", "f" * 32)
+    assert (missing.returncode, missing.stderr.count("\n")) == (1, 1)
+    assert "No run" in missing.stderr
+
+
 def every_queue_read(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`pipelines queues` once the worker of ``env`` reads every actor queue (it may still be starting)."""
     deadline = time.monotonic() + TIMEOUT_S

@@ -133,6 +133,17 @@ def cancel(app: App, args: argparse.Namespace, out: Output) -> int:
     return 1
 
 
+def rerun(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.runs import full_run_id
+
+    def created(run_id: str, new: bool) -> None:
+        out.line(run_id)  # before the publish, as `pipelines run` prints it
+        sys.stdout.flush()
+
+    app.rerun(full_run_id(app.store, args.run_id), on_created=created)
+    return 0
+
+
 def publish(app: App, args: argparse.Namespace, out: Output) -> int:
     try:
         payload = json.loads(args.payload)
@@ -331,6 +342,7 @@ COMMANDS: dict[str, Callable[[App, argparse.Namespace, Output], int]] = {
     "runs": runs,
     "status": status,
     "cancel": cancel,
+    "rerun": rerun,
     "publish": publish,
     "topology": topology,
     "queues": queues,

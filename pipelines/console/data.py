@@ -186,6 +186,9 @@ class ConsoleData:
             steps=steps,
             counts=counts,
             shape=shape,
+            input=orjson.loads(status.input_json) if status.input_json is not None else None,
+            registered=status.registered,
+            rerun_of=status.rerun_of,
         )
 
     def step(self, run: RunView, node: str) -> StepDetail | None:
@@ -232,6 +235,14 @@ class ConsoleData:
         run = self.app.get_run(full_run_id(self.app.store, run_id))
         cancelled = run.cancel()
         return cancelled, run.status().state
+
+    def rerun(self, run_id: str) -> str:
+        """Re-run an ended run with its input (:meth:`App.rerun <pipelines.app.App.rerun>`): the new run's id.
+
+        Raises:
+            RunNotFound, CannotRerun: As ``pipelines rerun`` says.
+        """
+        return self.app.rerun(full_run_id(self.app.store, run_id)).id
 
     # -- dead letters -----------------------------------------------------------------------------
 

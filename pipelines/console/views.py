@@ -87,6 +87,13 @@ class RunView:
     steps: tuple[StepView, ...]
     counts: dict[str, int]
     shape: ShapeNode[StepView]
+    input: Any = None
+    """The run's arguments as started, ``[args, kwargs]`` (a sealed value when its first steps encrypt;
+    None when not kept)."""
+    registered: bool = False
+    """Whether a registered pipeline's name started the run (only such a run can be re-run)."""
+    rerun_of: str | None = None
+    """The run this one re-runs."""
 
 
 @dataclass(frozen=True)

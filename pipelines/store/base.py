@@ -67,6 +67,13 @@ class NewRun:
     when one of their actors encrypts), kept so that the stall sweep can publish them again."""
     delay_ms: int = 0
     """How long after the run is created its first steps are due (a start delay), in ms."""
+    input: str | None = None
+    """The run's input: the arguments it was started with, JSON ``[args, kwargs]`` (a registered
+    factory's own arguments; sealed when one of the first steps' actors encrypts)."""
+    registered: bool = False
+    """Whether the run was started by a registered pipeline's name (so it can be re-run by that name)."""
+    rerun_of: str | None = None
+    """The run this one re-runs, if it is a re-run."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,12 @@ class RunStatus:
     trace_sampled: bool = True
     """False for a run that sampling left out: its trace holds its failed or slow steps only, if any."""
     steps: tuple[StepStatus, ...] = field(default_factory=tuple)
+    input_json: str | None = None
+    """The run's input, as :attr:`NewRun.input` (None for a run kept before inputs were)."""
+    registered: bool = False
+    """Whether a registered pipeline's name started the run."""
+    rerun_of: str | None = None
+    """The run this one re-runs."""
 
     @property
     def is_final(self) -> bool:

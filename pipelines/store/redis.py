@@ -146,6 +146,9 @@ class RedisRunStore(RedisRecords):
             run.first_input or "",
             run.delay_ms,
             "1" if run.trace_sampled else "0",
+            run.input or "",
+            "1" if run.registered else "0",
+            run.rerun_of or "",
         ]
         for node, actor in run.steps:
             up = run.frames.get(node)

@@ -371,4 +371,7 @@ def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStat
         trace_id=field("trace_id"),
         trace_sampled=field("trace_sampled") != "0",  # a run created before the flag was kept: as sampled
         steps=tuple(step_list),
+        input_json=field("input"),
+        registered=field("registered") == "1",
+        rerun_of=field("rerun_of"),
     )

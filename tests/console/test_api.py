@@ -137,6 +137,56 @@ def test_cancel_needs_the_token_from_the_console_s_own_origin_and_host(console: 
     assert http.post("/api/runs/no-such-run/cancel", headers=authorized(console)).status_code == 404
 
 
+def test_a_run_shows_its_input_and_once_ended_re_runs_as_a_new_run_linked_to_it(
+    console: Console, http: httpx.Client
+) -> None:
+    a = console.actors
+    name = console.pipeline_name("rerun")
+    console.app.register(name, lambda x: chain(step(a.double, x), step(a.double)))  # a factory: its own input
+    run = console.app.run(name, x=3)
+    assert run.result(timeout_s=30) == 12
+    rerun = f"/api/runs/{run.id}/rerun"
+
+    assert http.get(f"/api/runs/{run.id}").json()["input"] == [[], {"x": 3}]
+    assert http.post(rerun).status_code == 401
+    new_id = http.post(rerun, headers=authorized(console)).json()["rerun_id"]
+
+    assert console.app.get_run(new_id).result(timeout_s=30) == 12
+    again = http.get(f"/api/runs/{new_id}").json()
+    assert (again["pipeline"], again["input"], again["rerun_of"]) == (name, [[], {"x": 3}], run.id)
+    page = http.get(f"/runs/{new_id}").text
+    assert f'href="/runs/{run.id}"' in page
+    assert 'data-post="/api/runs/' + new_id + '/rerun"' in page
+    spot = console.app.start(step(a.double, 2))
+    assert spot.wait(timeout_s=30).state == "succeeded"
+    refused = http.post(f"/api/runs/{spot.id}/rerun", headers=authorized(console))
+    assert refused.status_code == 409
+    assert refused.json()["error"] == f"Run {spot.id} was built on the spot: only registered pipelines can be re-run."
+    assert "/rerun" not in http.get(f"/runs/{spot.id}").text
+
+
+def test_a_sealed_input_stays_sealed_and_a_re_run_opens_it_for_the_new_run(
+    console: Console, http: httpx.Client
+) -> None:
+    pan, name = "4111111111111111", console.pipeline_name("sealed-input")
+    console.app.register(name, step(console.actors.vault))  # the first step encrypts: its input is sealed
+    run = console.app.run(name, pan)
+    assert run.result(timeout_s=30) == "1111"
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    new_id = http.post(f"/api/runs/{run.id}/rerun", headers=authorized(console)).json()["rerun_id"]
+
+    assert set(shown["input"]) == {"$sealed"}
+    assert console.app.get_run(new_id).result(timeout_s=30) == "1111"
+    again = http.get(f"/api/runs/{new_id}").json()
+    assert set(again["input"]) == {"$sealed"}
+    assert again["input"] != shown["input"]  # sealed again, for the new run
+    page = http.get(f"/runs/{run.id}").text
+    assert "🔒 Sealed: an actor of its first steps encrypts its arguments" in page
+    for text in (json.dumps(shown), json.dumps(again), page):
+        assert pan not in text
+
+
 def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
     for path in ("/runs", "/api/runs", "/static/console.js", "/api/runs/no-such-run"):
         headers = http.get(path).headers
