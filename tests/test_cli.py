@@ -90,7 +90,7 @@ def dramatiq_worker(
 def env(delete_namespace: Callable[[str], None], worker_log: Path) -> Iterator[dict[str, str]]:
     """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
     namespace = fresh_namespace()
-    variables = environment(namespace)
+    variables = environment(namespace, PIPELINES_WORKER__HEARTBEAT_S="0.5")
     worker = dramatiq_worker(variables, worker_log, threads=4)
     try:
         yield variables
@@ -191,6 +191,25 @@ def test_status_shows_a_run_s_input_and_rerun_starts_it_again_as_a_new_run(env: 
     missing = pipelines(env, "rerun", "f" * 32)
     assert (missing.returncode, missing.stderr.count("\n")) == (1, 1)
     assert "No run" in missing.stderr
+
+
+def test_workers_shows_each_worker_process_by_its_heartbeat(env: dict[str, str]) -> None:
+    pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/c.jpg", "--wait")
+    deadline = time.monotonic() + TIMEOUT_S
+    shown = json.loads(pipelines(env, "workers", "--json").stdout)
+    while not (shown and shown[0]["beat"]["processed"] >= 5):  # a heartbeat since the run's five steps
+        assert time.monotonic() < deadline, shown
+        shown = json.loads(pipelines(env, "workers", "--json").stdout)
+
+    text = pipelines(env, "workers")
+
+    [worker] = shown
+    beat = worker["beat"]
+    assert (worker["alive"], worker["processes"], beat["host"], beat["threads"]) == (True, 1, socket.gethostname(), 4)
+    assert beat["pid"] != os.getpid()
+    assert {"pipelines", "images"} <= set(beat["queues"])
+    assert text.returncode == 0, text.stderr
+    assert re.search(rf"alive\s+{re.escape(socket.gethostname())}\s+{beat['pid']}\s+1x4\s", text.stdout)
 
 
 def every_queue_read(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

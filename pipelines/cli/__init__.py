@@ -181,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("topology", "show actors and their profiles, exchanges, queues, bindings, pipelines"),
         ("queues", "show the depth of every queue, dead-letter queues included"),
+        ("workers", "show each worker process by its heartbeat: queues, threads, counts, what it runs now"),
         ("config", "print the effective configuration (JSON), secrets masked"),
     ):
         commands.add_parser(name, help=text).add_argument("--json", action="store_true", help="print JSON")

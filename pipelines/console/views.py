@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.console.shape import ShapeNode
+from pipelines.store.base import WorkerBeat
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,11 @@ class QueueView:
 
 @dataclass(frozen=True)
 class WorkerView:
-    endpoint: str
-    pid: str
-    last_beat_at: float
+    """A worker process: its latest heartbeat in the run store, and what the other heartbeats add."""
+
+    beat: WorkerBeat
+    processes: int
+    """The live processes of its ``dramatiq`` command (this one included)."""
     seen_s_ago: float
     alive: bool
 

@@ -138,6 +138,52 @@ class RunStatus:
         return sum(1 for step in self.steps if step.state == state)
 
 
+#: Heartbeats a worker process may miss before it counts as gone.
+BEATS_BEFORE_GONE = 3
+
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    """A worker process as its latest heartbeat describes it; times are epoch milliseconds."""
+
+    worker_id: str
+    """``host:pid``, as a step's worker (``host:pid/thread``) begins."""
+    host: str
+    pid: int
+    parent_pid: int
+    """The process that started it: the processes of one ``dramatiq`` command share it."""
+    threads: int
+    queues: tuple[str, ...]
+    """The Dramatiq queue names it reads."""
+    processed: int
+    """Messages it processed since it started, and of those, how many failed (retried ones included)."""
+    failed: int
+    running: tuple[str, ...]
+    """What it runs now: ``actor`` for each message, with ``run/step`` for a pipeline step."""
+    started_at_ms: int
+    beat_at_ms: int
+
+    def alive(self, interval_s: float, now_ms: int) -> bool:
+        """Whether it beat within its last :data:`BEATS_BEFORE_GONE` intervals of ``interval_s``."""
+        return now_ms - self.beat_at_ms <= BEATS_BEFORE_GONE * interval_s * 1000
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> WorkerBeat:
+        data = orjson.loads(raw)
+        return cls(**{**data, "queues": tuple(data["queues"]), "running": tuple(data["running"])})
+
+
+def command_processes(beats: Sequence[WorkerBeat]) -> dict[tuple[str, int], int]:
+    """How many of ``beats`` each ``dramatiq`` command (host, parent pid) runs: its processes."""
+    counts: dict[tuple[str, int], int] = {}
+    for beat in beats:
+        counts[beat.host, beat.parent_pid] = counts.get((beat.host, beat.parent_pid), 0) + 1
+    return counts
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """A run as a list of runs shows it: its record without its steps' details; times are epoch ms."""

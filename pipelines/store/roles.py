@@ -45,6 +45,7 @@ from pipelines.store.base import (
     RunStatus,
     SlotTake,
     StallCheck,
+    WorkerBeat,
 )
 from pipelines.wire.steps import Frame
 
@@ -328,6 +329,19 @@ class RateSlots(Protocol):
         """
 
 
+class WorkerBeats(Protocol):
+    """Worker processes' heartbeats: what each one reads and runs, kept a while after its last beat."""
+
+    def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
+        """Record ``worker``'s heartbeat, kept ``keep_ms`` unless it beats again."""
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Drop a worker's heartbeat (it stopped cleanly)."""
+
+    def worker_beats(self) -> list[WorkerBeat]:
+        """Each worker's latest heartbeat still kept, latest first (see :meth:`WorkerBeat.alive`)."""
+
+
 class StoreLifecycle(Protocol):
     """The store's connection: checked, and released at the end."""
 
@@ -352,6 +366,7 @@ class RunStore(
     StallChecks,
     ScheduleTicks,
     RateSlots,
+    WorkerBeats,
     StoreLifecycle,
     Protocol,
 ):

@@ -18,6 +18,7 @@ from pipelines import chain, chord, fan_out, group, step
 from pipelines.app import build_app
 from pipelines.composition import Node
 from pipelines.dead_letters.reasons import DeadLetterReason
+from pipelines.testing import running_worker
 from pipelines.wire.naming import run_id_for_key
 from tests.console.conftest import (
     DB_PASSWORD,
@@ -393,6 +394,53 @@ def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
     assert "No worker reads Dramatiq queue &#39;pipelines&#39;, the framework&#39;s own actors" in page
     assert any("run deadlines are not enforced" in note for note in shown["notes"])
     assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
+
+
+def test_workers_show_by_their_heartbeat_in_the_run_store_without_metrics(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    settings = console_settings(free_port())
+    settings = settings.model_copy(
+        update={
+            "metrics": settings.metrics.model_copy(update={"enabled": False}),
+            "worker": settings.worker.model_copy(update={"heartbeat_s": 0.2}),
+            "ui": settings.ui.model_copy(update={"metrics_urls": []}),
+        }
+    )
+    app = build_app(settings, span_exporter=InMemorySpanExporter())
+    actors = declare_actors(app)
+    try:
+        with running_worker(app, threads=2), served_console(app) as url, httpx.Client(base_url=url) as client:
+            assert app.start(step(actors.double, 1)).result(timeout_s=30) == 2
+            assert app.start(step(actors.echo, "fail: on purpose")).wait(timeout_s=30).state == "failed"
+            slow = app.start(step(actors.slow, 60.0))
+            deadline = time.monotonic() + 30
+            shown = client.get("/api/queues").json()
+            while not (shown["workers"] and shown["workers"][0]["beat"]["running"]):
+                assert time.monotonic() < deadline, shown["workers"]
+                shown = client.get("/api/queues").json()
+            page = client.get("/queues").text
+            actors.release.set()
+        after_stop = app.store.worker_beats()
+    finally:
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+    [worker] = shown["workers"]
+    beat = worker["beat"]
+    assert (beat["host"], beat["pid"], worker["processes"], beat["threads"]) == (
+        socket.gethostname(),
+        os.getpid(),
+        1,
+        2,
+    )
+    assert (worker["alive"], beat["processed"], beat["failed"]) == (True, 2, 1)
+    assert beat["running"] == [f"slow {slow.id}/0.0"]
+    assert {"console", "pipelines"} <= set(beat["queues"])
+    assert any("No metrics endpoint" in note for note in shown["notes"])
+    assert "1 \u00d7 2" in page
+    assert f"slow {slow.id}/0.0" in page
+    assert after_stop == []  # a worker that stops removes its heartbeat
 
 
 def test_sealed_values_stay_sealed_in_runs_steps_dead_letters_and_pages(console: Console, http: httpx.Client) -> None:
