@@ -26,7 +26,7 @@ from pipelines.config.settings import Settings, load_settings
 from pipelines.current import configured_app, get_app, set_app
 from pipelines.dead_letters.queues import DeadLetterQueues
 from pipelines.errors import ConfigError
-from pipelines.flow.registered import built, rerun_input, unknown_pipeline
+from pipelines.flow.registered import built, linked, rerun_input, unknown_pipeline
 from pipelines.flow.run_query import Time, check_limit, run_query
 from pipelines.flow.runtime import Runtime
 from pipelines.flow.starting import Origin
@@ -172,15 +172,15 @@ class App:
 
     def rerun(self, run_id: str, *, on_created: Callable[[str, bool], None] | None = None) -> Run:
         """Re-run an ended run of a registered pipeline with its input (a sealed one is opened, then sealed
-        for the new run), as a new run that records ``rerun_of``.
+        for the new run), as a new run that records ``rerun_of``; the original lists it in ``reruns``.
 
         Raises:
             RunNotFound, CannotRerun, UnknownPipeline: As :func:`~pipelines.flow.registered.rerun_input` says.
         """
         status = self.get_run(run_id).status()
-        given = rerun_input(status, self.runtime.sealer)
+        given, created = rerun_input(status, self.runtime.sealer), linked(self.store, run_id, on_created)
         return self.start_registered(
-            status.pipeline, args=given.args, kwargs=given.kwargs, on_created=on_created, rerun_of=run_id
+            status.pipeline, args=given.args, kwargs=given.kwargs, on_created=created, rerun_of=run_id
         )
 
     def schedule(

@@ -188,6 +188,7 @@ def test_status_shows_a_run_s_input_and_rerun_starts_it_again_as_a_new_run(env: 
     assert (status["pipeline"], status["rerun_of"]) == ("thumbnails", run_id)
     assert status["input"] == [[], {"url": "https://example.com/b.jpg"}]
     assert f"re-run of {run_id}" in pipelines(env, "status", status["run_id"]).stdout
+    assert f"re-run as {status['run_id']}" in pipelines(env, "status", run_id).stdout
     missing = pipelines(env, "rerun", "f" * 32)
     assert (missing.returncode, missing.stderr.count("\n")) == (1, 1)
     assert "No run" in missing.stderr

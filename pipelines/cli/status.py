@@ -95,6 +95,8 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
         header.append(f"\ninput {input_text(status.input_json)}")
     if status.rerun_of:
         header.append(f"\nre-run of {status.rerun_of}", style="dim")
+    if status.reruns:
+        header.append(f"\nre-run as {', '.join(status.reruns)}", style="dim")
     tree = Tree(header, guide_style="dim")
     now_ms = int(time.time() * 1000)
     root = shape_of(status, continuations)

@@ -185,6 +185,7 @@ class ConsoleData:
             input=orjson.loads(status.input_json) if status.input_json is not None else None,
             registered=status.registered,
             rerun_of=status.rerun_of,
+            reruns=status.reruns,
         )
 
     def step(self, run: RunView, node: str) -> StepDetail | None:

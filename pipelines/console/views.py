@@ -95,6 +95,8 @@ class RunView:
     """Whether a registered pipeline's name started the run (only such a run can be re-run)."""
     rerun_of: str | None = None
     """The run this one re-runs."""
+    reruns: tuple[str, ...] = ()
+    """The runs that re-run this one, oldest first."""
 
 
 @dataclass(frozen=True)

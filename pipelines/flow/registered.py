@@ -18,6 +18,7 @@ from pipelines.errors import CannotRerun, ConfigError, DefinitionError, UnknownP
 from pipelines.flow.step_messages import StepInput
 from pipelines.payloads.sealing import SEALED_KEY, Opening, Sealer
 from pipelines.store.base import RunStatus
+from pipelines.store.roles import RunViews
 
 
 def built(
@@ -81,3 +82,15 @@ def rerun_input(status: RunStatus, sealer: Sealer | None) -> StepInput:
         given = sealer.open_sealed(given, Opening(run=run_id))
     args, kwargs = given
     return StepInput(tuple(args), kwargs)
+
+
+def linked(store: RunViews, run_id: str, on_created: Callable[[str, bool], None] | None) -> Callable[[str, bool], None]:
+    """``on_created`` for a re-run of ``run_id``: the original is linked to the re-run first, before its
+    first steps are published (a store that cannot link it fails the re-run, which then never starts)."""
+
+    def created(rerun_id: str, new: bool) -> None:
+        store.link_rerun(run_id, rerun_id)
+        if on_created is not None:
+            on_created(rerun_id, new)
+
+    return created

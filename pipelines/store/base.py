@@ -118,6 +118,8 @@ class RunStatus:
     """Whether a registered pipeline's name started the run."""
     rerun_of: str | None = None
     """The run this one re-runs."""
+    reruns: tuple[str, ...] = ()
+    """The runs that re-run this one, oldest first."""
 
     @property
     def is_final(self) -> bool:

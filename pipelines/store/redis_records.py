@@ -25,6 +25,7 @@ from pipelines.wire.naming import (
     idempotency_record_key,
     lease_key,
     once_key,
+    run_key,
     schedule_key,
     sweep_key,
     tick_key,
@@ -57,6 +58,7 @@ class RedisRecords:
         self._reserve = scripts.register("reserve")
         self._rate_take = scripts.register("rate_take")
         self._key_renew = scripts.register("key_renew")
+        self._rerun_link = scripts.register("rerun_link")
 
     def _answering(self) -> AbstractContextManager[None]:
         return answering(self._url)
@@ -159,6 +161,10 @@ class RedisRecords:
         keys = [self._rate_key(key), f"{self._rate_key(key)}:runs"]
         args = [interval_ms, window_count, window_ms, held_ms, grace_ms]
         return replies.rate_take(self._run(self._rate_take, keys, args))
+
+    def link_rerun(self, run_id: str, rerun_id: str) -> None:
+        # Beside the records: the link is a key of its own that extends the original run's key.
+        self._run(self._rerun_link, [run_key(self._namespace, run_id)], [rerun_id], replicated=True)
 
     def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
         with self._answering():

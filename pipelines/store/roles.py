@@ -155,6 +155,9 @@ class RunViews(RunStates, Protocol):
     def cancel_run(self, run_id: str) -> bool:
         """Cancel a run that has not finished; steps not started yet never run. False if it had ended."""
 
+    def link_rerun(self, run_id: str, rerun_id: str) -> None:
+        """Record that run ``rerun_id`` re-runs ``run_id`` (its ``reruns``), while ``run_id`` is retained."""
+
     def run_for_key(self, idempotency_key: str) -> str | None:
         """The id of the run an idempotency key started, if it is still retained."""
 

@@ -157,6 +157,8 @@ def test_a_run_shows_its_input_and_once_ended_re_runs_as_a_new_run_linked_to_it(
     assert (again["pipeline"], again["input"], again["rerun_of"]) == (name, [[], {"x": 3}], run.id)
     page = http.get(f"/runs/{new_id}").text
     assert f'href="/runs/{run.id}"' in page
+    assert http.get(f"/api/runs/{run.id}").json()["reruns"] == [new_id]
+    assert f'href="/runs/{new_id}"' in http.get(f"/runs/{run.id}").text  # the original links to its re-run
     assert 'data-post="/api/runs/' + new_id + '/rerun"' in page
     spot = console.app.start(step(a.double, 2))
     assert spot.wait(timeout_s=30).state == "succeeded"
