@@ -21,8 +21,10 @@ from pipelines.store.base import RunStatus, StepStatus
 
 #: A parallel node with more members than this shows that many (failed, retrying and running first).
 FOLD_AT = 8
-#: What a run whose first steps encrypt shows of its input.
-SEALED = "sealed (an actor of its first steps encrypts its arguments)"
+#: The most of a run's input its status prints (``--json`` has all of it).
+INPUT_CHARS = 200
+#: What a run whose input is sealed shows of it.
+SEALED = "sealed (an actor of this run encrypts its arguments)"
 #: What a run that sampling left out has of a trace.
 NOT_SAMPLED = "not sampled: only its failed or slow steps are traced"
 
@@ -113,12 +115,9 @@ def input_text(input_json: str) -> str:
     if isinstance(given, dict):  # a sealed value: only a worker with the keys opens it
         return SEALED
     args, kwargs = given
-    return mask_text(
-        " ".join(
-            [*(orjson.dumps(a).decode() for a in args), *(f"{k}={orjson.dumps(v).decode()}" for k, v in kwargs.items())]
-        )
-        or "(none)"
-    )
+    words = [*(orjson.dumps(a).decode() for a in args), *(f"{k}={orjson.dumps(v).decode()}" for k, v in kwargs.items())]
+    text = mask_text(" ".join(words)) or "(none)"
+    return text if len(text) <= INPUT_CHARS else text[: INPUT_CHARS - 3] + "..."
 
 
 def outcome_line(status: RunStatus) -> Text | None:

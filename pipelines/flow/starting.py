@@ -267,8 +267,8 @@ class RunStarts:
         if first is not None:  # where steps start, the first ones too: the stall sweep publishes from there
             starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in compiled.plan.entry]
         run_input = first[1] if first is not None else None
-        if origin.given is not None:
-            run_input = input_kept(broker, compiled.plan.entry, origin.given, self.sealer, run_id)
+        if origin.given is not None:  # a factory's arguments may reach any step: sealed if any step encrypts
+            run_input = input_kept(broker, compiled.plan.leaves, origin.given, self.sealer, run_id)
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,

@@ -54,8 +54,8 @@ def input_kept(
     broker: PipelineBroker, entry: Sequence[Leaf], given: StepInput, sealer: Sealer | None, run_id: str
 ) -> str | None:
     """Arguments as JSON ``[args, kwargs]``, sealed for run ``run_id`` when one of the actors of the
-    first steps (``entry``) encrypts: what they receive, or the run's input as it was given.
-    None for arguments that are not JSON."""
+    steps ``entry`` encrypts: what the first steps receive, or the run's input as it was given (then
+    ``entry`` is every step a factory's arguments may reach). None for arguments that are not JSON."""
     try:
         text = encode_value([list(given.args), dict(given.kwargs or {})])
     except DefinitionError:

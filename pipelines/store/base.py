@@ -68,8 +68,9 @@ class NewRun:
     delay_ms: int = 0
     """How long after the run is created its first steps are due (a start delay), in ms."""
     input: str | None = None
-    """The run's input: the arguments it was started with, JSON ``[args, kwargs]`` (a registered
-    factory's own arguments; sealed when one of the first steps' actors encrypts)."""
+    """The run's input: the arguments it was started with, JSON ``[args, kwargs]``, sealed for the run
+    when one of the first steps' actors encrypts (a registered factory's own arguments: when any step's
+    actor does)."""
     registered: bool = False
     """Whether the run was started by a registered pipeline's name (so it can be re-run by that name)."""
     rerun_of: str | None = None

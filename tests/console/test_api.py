@@ -185,8 +185,16 @@ def test_a_sealed_input_stays_sealed_and_a_re_run_opens_it_for_the_new_run(
     assert set(again["input"]) == {"$sealed"}
     assert again["input"] != shown["input"]  # sealed again, for the new run
     page = http.get(f"/runs/{run.id}").text
-    assert "🔒 Sealed: an actor of its first steps encrypts its arguments" in page
-    for text in (json.dumps(shown), json.dumps(again), page):
+    assert "🔒 Sealed: an actor of this run encrypts its arguments" in page
+    # A factory's arguments may reach any step: sealed when one of them encrypts, first or not.
+    factory = console.pipeline_name("sealed-factory")
+    console.app.register(factory, lambda pan: chain(step(console.actors.double, 1), step(console.actors.vault, pan)))
+    later = console.app.run(factory, pan)
+    assert later.result(timeout_s=30) == "1111"
+    deep = http.get(f"/api/runs/{later.id}").json()
+    assert isinstance(deep["input"], dict)  # not [args, kwargs] in the clear
+    assert set(deep["input"]) == {"$sealed"}
+    for text in (json.dumps(shown), json.dumps(again), json.dumps(deep), page):
         assert pan not in text
 
 
