@@ -98,7 +98,9 @@ class Heartbeat(Middleware):
         """This process as its next heartbeat describes it."""
         worker = self._worker
         # Dramatiq's own delay queues (``.DQ``) are how it reads a queue, not one more queue read.
-        queues = sorted(q for q in (worker.consumers if worker is not None else {}) if not q.endswith(".DQ"))
+        # A copy: the worker adds consumers from its own threads (actors declared after it started).
+        consumed = list(worker.consumers) if worker is not None else []
+        queues = sorted(q for q in consumed if not q.endswith(".DQ"))
         with self._lock:
             running, processed, failed = tuple(sorted(self._running.values())), self.processed, self.failed
         return WorkerBeat(
