@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pipelines.middleware.backoff import Backoff
     from pipelines.middleware.correlation import CorrelationId
     from pipelines.middleware.dead_letter import DeadLetter
+    from pipelines.middleware.heartbeat import Heartbeat
     from pipelines.middleware.idempotency import Idempotency
     from pipelines.middleware.leases import Leases
     from pipelines.middleware.max_age import MaxAge
@@ -32,6 +33,7 @@ __all__ = [
     "Backoff",
     "CorrelationId",
     "DeadLetter",
+    "Heartbeat",
     "Idempotency",
     "Leases",
     "MaxAge",
@@ -53,6 +55,7 @@ _EXPORTS = {
     "Backoff": "pipelines.middleware.backoff",
     "CorrelationId": "pipelines.middleware.correlation",
     "DeadLetter": "pipelines.middleware.dead_letter",
+    "Heartbeat": "pipelines.middleware.heartbeat",
     "Idempotency": "pipelines.middleware.idempotency",
     "Leases": "pipelines.middleware.leases",
     "MaxAge": "pipelines.middleware.max_age",

@@ -7,7 +7,6 @@ its broker Dramatiq's broker, which is how actors declared with ``@dramatiq.acto
 
 from __future__ import annotations
 
-import inspect
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -15,12 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dramatiq
-from dramatiq.common import current_millis
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import CronSpec
 
-from pipelines import options as opt
 from pipelines.aio import AsyncBridge
 from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
 from pipelines.composition import Ending, Node, R, as_node
@@ -28,13 +25,16 @@ from pipelines.config.modules import load_app_modules
 from pipelines.config.settings import Settings, load_settings
 from pipelines.current import configured_app, get_app, set_app
 from pipelines.dead_letters.queues import DeadLetterQueues
-from pipelines.errors import ConfigError, DefinitionError, UnknownPipeline
+from pipelines.errors import ConfigError
+from pipelines.flow.registered import built, linked, rerun_input, unknown_pipeline
 from pipelines.flow.run_query import Time, check_limit, run_query
 from pipelines.flow.runtime import Runtime
+from pipelines.flow.starting import Origin
+from pipelines.flow.step_messages import StepInput
 from pipelines.observability import telemetry
 from pipelines.payloads.sealing import Sealer
 from pipelines.profiles.kinds import MissedPolicy
-from pipelines.rate_limits.limiter import RateLimiter, pipeline_key
+from pipelines.rate_limits.limiter import RateLimiter
 from pipelines.runs import Run
 from pipelines.schedules.ticks import pipeline_starter
 from pipelines.sending.outbound import Outbound
@@ -83,6 +83,7 @@ class App:
         name: str | None = None,
         deadline_s: float | None = None,
         on_created: Callable[[str, bool], None] | None = None,
+        origin: Origin | None = None,
     ) -> Run[R]:
         """Start a run of a pipeline built on the spot (see ``Node.run_with_options``).
 
@@ -90,13 +91,11 @@ class App:
         the run is named after its first and last actors (``charge>...>notify``). ``on_created(run id,
         created)`` is called as soon as the run is recorded, before its first steps are published; a
         start that fails or is interrupted (Ctrl-C) after that marks the run failed with the reason.
+        ``origin`` is how the run was asked for, kept with it (:meth:`start_registered` passes it).
         """
-        delay_ms = first_options = None
-        if name in self.rate_limits:
-            # Paced here, and held by the worker (the run's first steps carry the limit and their slot).
-            rate = self.rate_limits[name]
-            delay_ms = RateLimiter(self.store).delays_ms(pipeline_key(name), rate, 1)[0] or None
-            first_options = {opt.PIPELINE_RATE_LIMIT: rate.text, opt.RATE_SLOT: current_millis() + (delay_ms or 0)}
+        delay_ms, first_options = None, None
+        if name in self.rate_limits:  # paced here, and held by the worker
+            delay_ms, first_options = RateLimiter(self.store).run_pacing(name, self.rate_limits[name])
         run_id, created = self.runtime.start(
             self.broker,
             as_node(node),
@@ -108,6 +107,7 @@ class App:
             delay_ms=delay_ms,
             first_options=first_options,
             on_created=on_created,
+            origin=origin,
         )
         return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
 
@@ -148,23 +148,17 @@ class App:
         idempotency_key: str | None = None,
         deadline_s: float | None = None,
         on_created: Callable[[str, bool], None] | None = None,
+        rerun_of: str | None = None,
     ) -> Run:
-        """:meth:`run` with its arguments as values, and ``on_created`` as for :meth:`start`.
+        """:meth:`run` with its arguments as values, and ``on_created`` as for :meth:`start`;
+        ``rerun_of`` names the run this one re-runs (see :meth:`rerun`).
 
         Raises:
             UnknownPipeline: Nothing is registered under ``name``.
             DefinitionError: The arguments do not fit the pipeline's factory, or it raised on them.
         """
-        entry = self.pipeline(name)
-        if not isinstance(entry, Node):
-            try:
-                inspect.signature(entry).bind(*args, **(kwargs or {}))
-            except TypeError as e:
-                raise DefinitionError(f"Arguments do not fit pipeline {name!r}: {e}.") from None
-            try:
-                entry, args, kwargs = entry(*args, **(kwargs or {})), (), None
-            except Exception as e:  # a factory refusing its arguments: bad input, told in one line
-                raise DefinitionError(f"Pipeline {name!r} cannot be built from {kwargs or args}: {e!r}.") from None
+        origin = Origin(given=StepInput(args, kwargs), registered=True, rerun_of=rerun_of)
+        entry, args, kwargs = built(name, self.pipeline(name), args, kwargs)
         return self.start(
             entry,
             args=args,
@@ -173,6 +167,20 @@ class App:
             name=name,
             deadline_s=deadline_s,
             on_created=on_created,
+            origin=origin,
+        )
+
+    def rerun(self, run_id: str, *, on_created: Callable[[str, bool], None] | None = None) -> Run:
+        """Re-run an ended run of a registered pipeline with its input (a sealed one is opened, then sealed
+        for the new run), as a new run that records ``rerun_of``; the original lists it in ``reruns``.
+
+        Raises:
+            RunNotFound, CannotRerun, UnknownPipeline: As :func:`~pipelines.flow.registered.rerun_input` says.
+        """
+        status = self.get_run(run_id).status()
+        given, created = rerun_input(status, self.runtime.sealer), linked(self.store, run_id, on_created)
+        return self.start_registered(
+            status.pipeline, args=given.args, kwargs=given.kwargs, on_created=created, rerun_of=run_id
         )
 
     def schedule(
@@ -291,20 +299,11 @@ class App:
             try:
                 self.load_modules()
             except ConfigError as e:
-                known = ", ".join(sorted(self.pipelines)) or "none"
-                raise UnknownPipeline(
-                    f"No pipeline is registered as {name!r} (registered: {known}), and loading the [app] "
-                    f"modules to look for it failed: {e}"
-                ) from None
+                raise unknown_pipeline(name, self.pipelines, loading=e) from None
         try:
             return self.pipelines[name]
         except KeyError:
-            known = ", ".join(sorted(self.pipelines)) or "none"
-            raise UnknownPipeline(
-                f"No pipeline is registered as {name!r} (registered: {known}). Register it with "
-                f"app.register({name!r}, ...) in {self.settings.app.actors!r} (app.actors), or name a mapping "
-                "of pipelines in app.pipelines."
-            ) from None
+            raise unknown_pipeline(name, self.pipelines, actors=self.settings.app.actors) from None
 
     def load_modules(self) -> None:
         """Import the actors and the registered pipelines named in the ``[app]`` config section (once).

@@ -22,6 +22,7 @@ PipelinesError
 ├── InvalidQuery           a search for runs names a bad state, time or cursor
 ├── AmbiguousId            an id prefix that several runs or dead letters begin with
 ├── Cancelled              raised in an actor by report_progress() once its run is cancelled: let it propagate
+├── CannotRerun            a run that has not ended, was built on the spot or kept no input
 ├── DeadLetterError        a dead letter cannot be handled as asked
 │   ├── DeadLetterNotFound no dead letter has that id
 │   └── CannotReplay       malformed, or its run has ended or expired
@@ -154,6 +155,10 @@ class DeadLetterNotFound(DeadLetterError):
 
 class CannotReplay(DeadLetterError):
     """The dead letter cannot be replayed; the message says why and what to do."""
+
+
+class CannotRerun(PipelinesError):
+    """A run cannot be re-run; the message says why."""
 
 
 class RunError(PipelinesError):

@@ -20,6 +20,7 @@ from pipelines.middleware import (
     Backoff,
     CorrelationId,
     DeadLetter,
+    Heartbeat,
     Idempotency,
     Leases,
     MaxAge,
@@ -60,6 +61,8 @@ def build_middleware(
       every publish made while a message is processed is a child of that message's span.
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
+    - ``Heartbeat`` comes with the observers, before anything may skip a message: it sees each message
+      start and end, so it counts those processed and failed, and knows what runs now.
     - ``MaxAge`` (Dramatiq's ``AgeLimit`` with a reason) comes before anything claims or decides about
       a message: one past its age is only dead-lettered (and a step's run failed, by ``PipelineSteps``).
     - ``Timeout`` comes before ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``), which enforces the limit
@@ -98,6 +101,7 @@ def build_middleware(
         runtime.listeners.append(metrics)
         schedules.listeners.append(metrics.ticks_missed)
         observing.append(metrics)
+    observing.append(Heartbeat(store=store, interval_s=settings.worker.heartbeat_s))
     # What this process holds while it runs (steps' and keys' leases), renewed by one heartbeat.
     holds = Holds(store=store, lease_s=settings.store.step_lease_s)
     return [

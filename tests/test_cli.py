@@ -90,7 +90,7 @@ def dramatiq_worker(
 def env(delete_namespace: Callable[[str], None], worker_log: Path) -> Iterator[dict[str, str]]:
     """A namespace with a `dramatiq actors` worker running in it (the stock CLI, no extra flags)."""
     namespace = fresh_namespace()
-    variables = environment(namespace)
+    variables = environment(namespace, PIPELINES_WORKER__HEARTBEAT_S="0.5")
     worker = dramatiq_worker(variables, worker_log, threads=4)
     try:
         yield variables
@@ -172,6 +172,45 @@ def test_cancel_reports_a_run_that_already_ended(env: dict[str, str]) -> None:
 
     assert result.returncode == 1
     assert "had already ended (succeeded); nothing to cancel" in result.stdout
+
+
+def test_status_shows_a_run_s_input_and_rerun_starts_it_again_as_a_new_run(env: dict[str, str]) -> None:
+    started = pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/b.jpg", "--wait")
+    run_id = started.stdout.split()[0]
+
+    shown = pipelines(env, "status", run_id)
+    rerun = pipelines(env, "rerun", run_id[:12])
+    again = pipelines(env, "status", rerun.stdout.strip(), "--json")
+
+    assert 'input url="https://example.com/b.jpg"' in shown.stdout
+    assert rerun.returncode == 0, rerun.stderr
+    status = json.loads(again.stdout)
+    assert (status["pipeline"], status["rerun_of"]) == ("thumbnails", run_id)
+    assert status["input"] == [[], {"url": "https://example.com/b.jpg"}]
+    assert f"re-run of {run_id}" in pipelines(env, "status", status["run_id"]).stdout
+    assert f"re-run as {status['run_id']}" in pipelines(env, "status", run_id).stdout
+    missing = pipelines(env, "rerun", "f" * 32)
+    assert (missing.returncode, missing.stderr.count("\n")) == (1, 1)
+    assert "No run" in missing.stderr
+
+
+def test_workers_shows_each_worker_process_by_its_heartbeat(env: dict[str, str]) -> None:
+    pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/c.jpg", "--wait")
+    deadline = time.monotonic() + TIMEOUT_S
+    shown = json.loads(pipelines(env, "workers", "--json").stdout)
+    while not (shown and shown[0]["beat"]["processed"] >= 5):  # a heartbeat since the run's five steps
+        assert time.monotonic() < deadline, shown
+        shown = json.loads(pipelines(env, "workers", "--json").stdout)
+
+    text = pipelines(env, "workers")
+
+    [worker] = shown
+    beat = worker["beat"]
+    assert (worker["alive"], worker["processes"], beat["host"], beat["threads"]) == (True, 1, socket.gethostname(), 4)
+    assert beat["pid"] != os.getpid()
+    assert {"pipelines", "images"} <= set(beat["queues"])
+    assert text.returncode == 0, text.stderr
+    assert re.search(rf"alive\s+{re.escape(socket.gethostname())}\s+{beat['pid']}\s+1x4\s", text.stdout)
 
 
 def every_queue_read(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

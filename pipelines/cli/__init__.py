@@ -67,6 +67,21 @@ def _add_runs(commands: Any) -> None:
     runs.add_argument("--json", action="store_true", help="print JSON: the runs and the next page's cursor")
 
 
+def _add_run_actions(commands: Any) -> None:
+    """What an operator does to one run: cancel it, or re-run it."""
+    cancel = commands.add_parser(
+        "cancel", help="cancel a run", description="Cancel a run; steps not started never run."
+    )
+    cancel.add_argument("run_id")
+
+    rerun = commands.add_parser(
+        "rerun",
+        help="re-run an ended run with its input, as a new run (prints its id)",
+        description="Start an ended run's registered pipeline again with the run's input; the new run links to it.",
+    )
+    rerun.add_argument("run_id")
+
+
 def _add_app_options(parser: argparse.ArgumentParser) -> None:
     """What every command reads: the config file, and the module of the user's app."""
     parser.add_argument("--config", metavar="PATH", help="config file (default: $PIPELINES_CONFIG or ./config.toml)")
@@ -113,10 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_runs(commands)
 
-    cancel = commands.add_parser(
-        "cancel", help="cancel a run", description="Cancel a run; steps not started never run."
-    )
-    cancel.add_argument("run_id")
+    _add_run_actions(commands)
 
     publish = commands.add_parser(
         "publish", help="publish a domain event", description="Publish an event to every subscribed actor."
@@ -169,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("topology", "show actors and their profiles, exchanges, queues, bindings, pipelines"),
         ("queues", "show the depth of every queue, dead-letter queues included"),
+        ("workers", "show each worker process by its heartbeat: queues, threads, counts, what it runs now"),
         ("config", "print the effective configuration (JSON), secrets masked"),
     ):
         commands.add_parser(name, help=text).add_argument("--json", action="store_true", help="print JSON")

@@ -133,6 +133,17 @@ def cancel(app: App, args: argparse.Namespace, out: Output) -> int:
     return 1
 
 
+def rerun(app: App, args: argparse.Namespace, out: Output) -> int:
+    from pipelines.runs import full_run_id
+
+    def created(run_id: str, new: bool) -> None:
+        out.line(run_id)  # before the publish, as `pipelines run` prints it
+        sys.stdout.flush()
+
+    app.rerun(full_run_id(app.store, args.run_id), on_created=created)
+    return 0
+
+
 def publish(app: App, args: argparse.Namespace, out: Output) -> int:
     try:
         payload = json.loads(args.payload)
@@ -245,6 +256,48 @@ def queues(app: App, args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def workers(app: App, args: argparse.Namespace, out: Output) -> int:
+    import time
+    from dataclasses import asdict
+
+    from pipelines.console.data import worker_views
+
+    shown = worker_views(app.store.worker_beats(), app.settings.worker.heartbeat_s, time.time())
+    if args.json:
+        out.json([asdict(view) for view in shown])
+        return 0
+    if not shown:
+        out.line("no worker process has recorded a heartbeat in the last hour")
+        return 0
+    rows: list[list[str | Text]] = [
+        [
+            Text("alive", "green") if w.alive else Text("gone", "dim"),
+            w.beat.host,
+            str(w.beat.pid),
+            f"{w.processes}x{w.beat.threads}",
+            ", ".join(w.beat.queues),
+            str(w.beat.processed),
+            Text(str(w.beat.failed), "red" if w.beat.failed else ""),
+            "\n".join(w.beat.running) or "-",
+            f"{seconds(w.seen_s_ago)} ago",
+        ]
+        for w in shown
+    ]
+    headers = [
+        "STATE",
+        "HOST",
+        "PID",
+        "PROCESSES x THREADS",
+        "QUEUES",
+        "PROCESSED",
+        "FAILED",
+        "RUNNING NOW",
+        "LAST BEAT",
+    ]
+    out.table(headers, rows)
+    return 0
+
+
 def dlq(app: App, args: argparse.Namespace, out: Output) -> int:
     letters = app.dead_letters
     if args.dlq_command == "list":
@@ -331,9 +384,11 @@ COMMANDS: dict[str, Callable[[App, argparse.Namespace, Output], int]] = {
     "runs": runs,
     "status": status,
     "cancel": cancel,
+    "rerun": rerun,
     "publish": publish,
     "topology": topology,
     "queues": queues,
+    "workers": workers,
     "ui": ui,
 }
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import orjson
 from rich.text import Text
 from rich.tree import Tree
 
@@ -20,6 +21,10 @@ from pipelines.store.base import RunStatus, StepStatus
 
 #: A parallel node with more members than this shows that many (failed, retrying and running first).
 FOLD_AT = 8
+#: The most of a run's input its status prints (``--json`` has all of it).
+INPUT_CHARS = 200
+#: What a run whose input is sealed shows of it.
+SEALED = "sealed (an actor of this run encrypts its arguments)"
 #: What a run that sampling left out has of a trace.
 NOT_SAMPLED = "not sampled: only its failed or slow steps are traced"
 
@@ -88,6 +93,12 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
         header.append(f"\ntrace {status.trace_id}", style="dim")
         if not status.trace_sampled:
             header.append(f" ({NOT_SAMPLED})", style="dim")
+    if status.input_json is not None:
+        header.append(f"\ninput {input_text(status.input_json)}")
+    if status.rerun_of:
+        header.append(f"\nre-run of {status.rerun_of}", style="dim")
+    if status.reruns:
+        header.append(f"\nre-run as {', '.join(status.reruns)}", style="dim")
     tree = Tree(header, guide_style="dim")
     now_ms = int(time.time() * 1000)
     root = shape_of(status, continuations)
@@ -96,6 +107,17 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
     else:
         _grow(tree.add(_node_label(root)), root, now_ms)
     return tree
+
+
+def input_text(input_json: str) -> str:
+    """A run's input on one line: ``args`` and ``kwargs`` as given, or that it is sealed."""
+    given = orjson.loads(input_json)
+    if isinstance(given, dict):  # a sealed value: only a worker with the keys opens it
+        return SEALED
+    args, kwargs = given
+    words = [*(orjson.dumps(a).decode() for a in args), *(f"{k}={orjson.dumps(v).decode()}" for k, v in kwargs.items())]
+    text = mask_text(" ".join(words)) or "(none)"
+    return text if len(text) <= INPUT_CHARS else text[: INPUT_CHARS - 3] + "..."
 
 
 def outcome_line(status: RunStatus) -> Text | None:
@@ -137,8 +159,9 @@ def _shape_json(node: ShapeNode[StepStatus]) -> dict[str, Any]:
 
 def status_json(status: RunStatus, continuations: dict[str, str]) -> dict[str, Any]:
     """The run as JSON: its result as a value, its steps, its duration and its shape."""
-    data = {key: value for key, value in asdict(status).items() if key != "result_json"}
+    data = {key: value for key, value in asdict(status).items() if key not in ("result_json", "input_json")}
     data["result"] = status.result
+    data["input"] = orjson.loads(status.input_json) if status.input_json is not None else None
     data["duration_s"] = status.duration_s
     data["shape"] = _shape_json(shape_of(status, continuations))
     return data

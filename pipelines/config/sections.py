@@ -207,6 +207,8 @@ class WorkerConfig(_Section):
     """The longest one actor call may run before it is interrupted."""
     local_steps: bool = True
     """Run a chain's next step in the worker where the step before it finished, when it can."""
+    heartbeat_s: float = Field(default=5.0, gt=0, le=300)
+    """How often each worker process records its heartbeat in the run store (what `pipelines workers` shows)."""
 
 
 class ProfilesConfig(_Section):

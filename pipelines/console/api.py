@@ -8,6 +8,7 @@ GET  /api/runs/{id}?fold                       one run: record, steps, counts an
                                                nodes with more than ``fold`` members folded, default 50)
 GET  /api/runs/{id}/steps/{step}               a step's arguments, result and dead letters
 POST /api/runs/{id}/cancel                     cancel the run: ``cancelled``, ``state``
+POST /api/runs/{id}/rerun                      re-run an ended run with its input: ``rerun_id``
 GET  /api/dead-letters?queue&reason&run&limit  dead letters, oldest first per queue
 GET  /api/dead-letters/{id}                    one dead letter with its message
 POST /api/dead-letters/{id}/replay             replay one: ``outcome``
@@ -173,6 +174,10 @@ def routes(data: ConsoleData) -> list[Route]:
         return json_response({"cancelled": cancelled, "state": state})
 
     @answering
+    async def rerun(request: Request) -> Response:
+        return json_response({"rerun_id": await run_in_threadpool(data.rerun, request.path_params["run_id"])})
+
+    @answering
     async def dead_letters(request: Request) -> Response:
         query = request.query_params
         letters = await run_in_threadpool(
@@ -218,6 +223,7 @@ def routes(data: ConsoleData) -> list[Route]:
         Route("/api/runs/{run_id}", run),
         Route("/api/runs/{run_id}/steps/{node}", step),
         Route("/api/runs/{run_id}/cancel", cancel, methods=["POST"]),
+        Route("/api/runs/{run_id}/rerun", rerun, methods=["POST"]),
         Route("/api/dead-letters", dead_letters),
         Route("/api/dead-letters/replay", replay_all, methods=["POST"]),
         Route("/api/dead-letters/purge", purge, methods=["POST"]),

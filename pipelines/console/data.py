@@ -2,9 +2,10 @@
 
 The pages and the JSON API call :class:`ConsoleData` and nothing else of the app: runs listed with
 filters and a cursor, one run with its shape and a step's detail, cancel; dead letters by queue,
-shown, replayed one by one or by filter, purged; queues with depth, rate and oldest age; live workers
-by their heartbeats. Values from runs and messages are returned as they are stored (sealed values
-stay sealed: the console holds no keys); errors and tracebacks pass through the secret masking.
+shown, replayed one by one or by filter, purged; queues with depth, rate and oldest age; worker
+processes by their heartbeats in the run store. Values from runs and messages are returned as they
+are stored (sealed values stay sealed: the console holds no keys); errors and tracebacks pass through
+the secret masking.
 """
 
 from __future__ import annotations
@@ -37,13 +38,8 @@ from pipelines.console.views import (
 from pipelines.dead_letters.queues import DeadLetter
 from pipelines.flow.own_actors import unread_note
 from pipelines.runs import full_run_id
-from pipelines.store.base import RunSummary, StepStatus
+from pipelines.store.base import RunSummary, StepStatus, WorkerBeat, command_processes
 from pipelines.wire.naming import dead_letter_queue
-
-#: A process whose heartbeat is older than this many heartbeat intervals counts as gone.
-HEARTBEATS_BEFORE_GONE = 3
-#: Gone workers stay listed (greyed) this long after their last heartbeat, in seconds.
-SHOW_GONE_FOR_S = 3600
 
 
 def _clean(text: str | None) -> str | None:
@@ -186,6 +182,10 @@ class ConsoleData:
             steps=steps,
             counts=counts,
             shape=shape,
+            input=orjson.loads(status.input_json) if status.input_json is not None else None,
+            registered=status.registered,
+            rerun_of=status.rerun_of,
+            reruns=status.reruns,
         )
 
     def step(self, run: RunView, node: str) -> StepDetail | None:
@@ -232,6 +232,14 @@ class ConsoleData:
         run = self.app.get_run(full_run_id(self.app.store, run_id))
         cancelled = run.cancel()
         return cancelled, run.status().state
+
+    def rerun(self, run_id: str) -> str:
+        """Re-run an ended run with its input (:meth:`App.rerun <pipelines.app.App.rerun>`): the new run's id.
+
+        Raises:
+            RunNotFound, CannotRerun: As ``pipelines rerun`` says.
+        """
+        return self.app.rerun(full_run_id(self.app.store, run_id)).id
 
     # -- dead letters -----------------------------------------------------------------------------
 
@@ -304,7 +312,8 @@ class ConsoleData:
             return sample
 
     def overview(self) -> Overview:
-        """Every actor queue (depth, dead letters, rate, oldest message's age) and the workers' heartbeats."""
+        """Every actor queue (depth, dead letters, rate, oldest message's age) and the workers' heartbeats
+        (from the run store: they need no ``[metrics]``)."""
         endpoints = self.metrics_endpoints()
         notes: list[str] = []
         sample = self._sample(endpoints) if endpoints else None
@@ -343,15 +352,23 @@ class ConsoleData:
         note = unread_note(self.app.broker, {q.queue for q in queues if q.consumers == 0})
         notes += [note] if note else []
         now = time.time()
-        horizon = HEARTBEATS_BEFORE_GONE * self.app.settings.metrics.heartbeat_interval_s
-        workers = tuple(
-            WorkerView(
-                endpoint=mask_text(url), pid=pid, last_beat_at=beat, seen_s_ago=now - beat, alive=now - beat <= horizon
-            )
-            for (url, pid), beat in sorted((sample.heartbeats if sample else {}).items(), key=lambda kv: -kv[1])
-            if now - beat <= SHOW_GONE_FOR_S
-        )
+        workers = worker_views(self.app.store.worker_beats(), self.app.settings.worker.heartbeat_s, now)
         return Overview(tuple(queues), workers, tuple(notes), now)
+
+
+def worker_views(beats: list[WorkerBeat], interval_s: float, now: float) -> tuple[WorkerView, ...]:
+    """Worker processes by their heartbeats (beating every ``interval_s``), as listed (latest first)."""
+    now_ms = int(now * 1000)
+    processes = command_processes([beat for beat in beats if beat.alive(interval_s, now_ms)])
+    return tuple(
+        WorkerView(
+            beat=beat,
+            processes=processes.get((beat.host, beat.parent_pid), 1),
+            seen_s_ago=max(0.0, now - beat.beat_at_ms / 1000),
+            alive=beat.alive(interval_s, now_ms),
+        )
+        for beat in beats
+    )
 
 
 def _total(counts: list[int | None]) -> int | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.console.shape import ShapeNode
+from pipelines.store.base import WorkerBeat
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,15 @@ class RunView:
     steps: tuple[StepView, ...]
     counts: dict[str, int]
     shape: ShapeNode[StepView]
+    input: Any = None
+    """The run's arguments as started, ``[args, kwargs]`` (a sealed value when its first steps encrypt;
+    None when not kept)."""
+    registered: bool = False
+    """Whether a registered pipeline's name started the run (only such a run can be re-run)."""
+    rerun_of: str | None = None
+    """The run this one re-runs."""
+    reruns: tuple[str, ...] = ()
+    """The runs that re-run this one, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -148,9 +158,11 @@ class QueueView:
 
 @dataclass(frozen=True)
 class WorkerView:
-    endpoint: str
-    pid: str
-    last_beat_at: float
+    """A worker process: its latest heartbeat in the run store, and what the other heartbeats add."""
+
+    beat: WorkerBeat
+    processes: int
+    """The live processes of its ``dramatiq`` command (this one included)."""
     seen_s_ago: float
     alive: bool
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import dramatiq
@@ -21,7 +22,7 @@ from pipelines.errors import error_name
 from pipelines.flow.compiled_plans import compiled_plan
 from pipelines.flow.deadlines import schedule_deadline_checks
 from pipelines.flow.step_messages import StepInput, step_messages
-from pipelines.flow.stored_runs import first_steps_kept, stored_starts
+from pipelines.flow.stored_runs import first_steps_kept, input_kept, stored_starts
 from pipelines.payloads.sealing import Sealer
 from pipelines.store.base import NewRun
 from pipelines.store.roles import RunSteps
@@ -42,6 +43,20 @@ class RunListener(Protocol):
     def step_lost(self, actor: str) -> None: ...
 
     def step_hopped(self, actor: str, *, local: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How a run was asked for, as its record keeps it.
+
+    ``given`` is what it was started with when that is not what its first steps receive (a registered
+    factory's own arguments); ``registered``, whether a registered pipeline's name started it; and
+    ``rerun_of``, the run it re-runs.
+    """
+
+    given: StepInput | None = None
+    registered: bool = False
+    rerun_of: str | None = None
 
 
 class RunStarts:
@@ -81,6 +96,7 @@ class RunStarts:
         delay_ms: int | None = None,
         first_options: Mapping[str, Any] | None = None,
         on_created: Callable[[str, bool], None] | None = None,
+        origin: Origin | None = None,
     ) -> tuple[str, bool]:
         """Record a run of ``node`` and publish its first steps (after ``delay_ms``, if given).
 
@@ -106,6 +122,7 @@ class RunStarts:
             delay_ms=delay_ms,
             first_options=first_options,
             on_created=on_created,
+            origin=origin,
         )
         return started[0]
 
@@ -120,6 +137,7 @@ class RunStarts:
         delay_ms: int | None = None,
         first_options: Mapping[str, Any] | None = None,
         on_created: Callable[[str, bool], None] | None = None,
+        origin: Origin | None = None,
     ) -> list[tuple[str, bool]]:
         """Start several runs with one store round trip and one confirmed publish (see :meth:`start`).
 
@@ -128,7 +146,8 @@ class RunStarts:
         message (a pipeline's rate limit and the slot reserved for the run).
         ``on_created(run id, created)`` is called once the store has recorded each run, before anything
         is published (a slow broker does not hide the id); when it raises (a Ctrl-C, a closed pipe), the
-        runs are failed as any interrupted start is, and nothing is published.
+        runs are failed as any interrupted start is, and nothing is published. ``origin`` is kept with
+        each run (see :class:`Origin`).
         """
         names = [name or shape_name(node) for node, _, _ in runs]
         spans: list[trace.Span] = []
@@ -151,6 +170,7 @@ class RunStarts:
                     deadline_s=deadline_s,
                     delay_ms=delay_ms or 0,
                     span=spans[index] if spans else None,
+                    origin=origin or Origin(),
                 )
                 for index, (node, args, kwargs) in enumerate(runs)
             ]
@@ -225,6 +245,7 @@ class RunStarts:
         deadline_s: float | None,
         delay_ms: int,
         span: trace.Span | None,
+        origin: Origin,
     ) -> tuple[NewRun, list[dramatiq.Message[Any]]]:
         compiled = compiled_plan(node)
         compiled.check(broker, StepInput(args, kwargs))
@@ -245,6 +266,9 @@ class RunStarts:
         first = first_steps_kept(broker, compiled.plan.entry, StepInput(args, kwargs), self.sealer, run_id)
         if first is not None:  # where steps start, the first ones too: the stall sweep publishes from there
             starts[ROOT], entries[ROOT] = first[0], [leaf.node for leaf in compiled.plan.entry]
+        run_input = first[1] if first is not None else None
+        if origin.given is not None:  # a factory's arguments may reach any step: sealed if any step encrypts
+            run_input = input_kept(broker, compiled.plan.leaves, origin.given, self.sealer, run_id)
         record = NewRun(
             run_id=run_id,
             pipeline=pipeline,
@@ -259,5 +283,8 @@ class RunStarts:
             trace_sampled=span is None or span.get_span_context().trace_flags.sampled,
             first_input=first[1] if first is not None else None,
             delay_ms=delay_ms,
+            input=run_input,
+            registered=origin.registered,
+            rerun_of=origin.rerun_of,
         )
         return record, messages

@@ -42,14 +42,31 @@ def first_steps_kept(
     None for arguments that are not JSON, which the publish refuses with the reason."""
     try:
         leaves = encode_value([leaf.to_json() for leaf in entry])
-        received = encode_value([list(given.args), dict(given.kwargs or {})])
     except DefinitionError:
         return None
+    received = input_kept(broker, entry, given, sealer, run_id)
+    if received is None:
+        return None
+    return _sealed_json(broker, entry, leaves, sealer, run_id), received
+
+
+def input_kept(
+    broker: PipelineBroker, entry: Sequence[Leaf], given: StepInput, sealer: Sealer | None, run_id: str
+) -> str | None:
+    """Arguments as JSON ``[args, kwargs]``, sealed for run ``run_id`` when one of the actors of the
+    steps ``entry`` encrypts: what the first steps receive, or the run's input as it was given (then
+    ``entry`` is every step a factory's arguments may reach). None for arguments that are not JSON."""
+    try:
+        text = encode_value([list(given.args), dict(given.kwargs or {})])
+    except DefinitionError:
+        return None
+    return _sealed_json(broker, entry, text, sealer, run_id)
+
+
+def _sealed_json(broker: PipelineBroker, entry: Sequence[Leaf], text: str, sealer: Sealer | None, run_id: str) -> str:
     if sealer is not None and any(_encrypts(broker, leaf) for leaf in entry):
-        leaves, received = (
-            orjson.dumps(sealer.seal(orjson.loads(text), SealedFor(run=run_id))).decode() for text in (leaves, received)
-        )
-    return leaves, received
+        return orjson.dumps(sealer.seal(orjson.loads(text), SealedFor(run=run_id))).decode()
+    return text
 
 
 def _encrypts(broker: PipelineBroker, leaf: Leaf) -> bool:

@@ -19,6 +19,11 @@ slot is due and runs without being put off.
 
 from __future__ import annotations
 
+from typing import Any
+
+from dramatiq.common import current_millis
+
+from pipelines import options as opt
 from pipelines.store.base import SlotTake
 from pipelines.store.roles import RateSlots
 from pipelines.wire.rates import Rate
@@ -54,6 +59,12 @@ class RateLimiter:
     def delays_ms(self, key: str, rate: Rate, count: int) -> list[int]:
         """Milliseconds each of ``count`` messages must wait for its slot, in order."""
         return self.store.reserve_slots(f"rate:{key}", count=count, interval_ms=rate.interval_ms)
+
+    def run_pacing(self, pipeline: str, rate: Rate) -> tuple[int | None, dict[str, Any]]:
+        """When a run of ``pipeline``, limited to ``rate``, starts (ms from now, None for at once), and
+        the options its first steps carry: the limit and their slot, which the worker holds too."""
+        delay_ms = self.delays_ms(pipeline_key(pipeline), rate, 1)[0] or None
+        return delay_ms, {opt.PIPELINE_RATE_LIMIT: rate.text, opt.RATE_SLOT: current_millis() + (delay_ms or 0)}
 
     def take(self, key: str, rate: Rate, *, held_ms: int | None, grace_ms: int) -> SlotTake:
         """A slot for a message about to run, or how long it must wait (see the module docstring).

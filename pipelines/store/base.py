@@ -67,6 +67,14 @@ class NewRun:
     when one of their actors encrypts), kept so that the stall sweep can publish them again."""
     delay_ms: int = 0
     """How long after the run is created its first steps are due (a start delay), in ms."""
+    input: str | None = None
+    """The run's input: the arguments it was started with, JSON ``[args, kwargs]``, sealed for the run
+    when one of the first steps' actors encrypts (a registered factory's own arguments: when any step's
+    actor does)."""
+    registered: bool = False
+    """Whether the run was started by a registered pipeline's name (so it can be re-run by that name)."""
+    rerun_of: str | None = None
+    """The run this one re-runs, if it is a re-run."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,14 @@ class RunStatus:
     trace_sampled: bool = True
     """False for a run that sampling left out: its trace holds its failed or slow steps only, if any."""
     steps: tuple[StepStatus, ...] = field(default_factory=tuple)
+    input_json: str | None = None
+    """The run's input, as :attr:`NewRun.input` (None for a run kept before inputs were)."""
+    registered: bool = False
+    """Whether a registered pipeline's name started the run."""
+    rerun_of: str | None = None
+    """The run this one re-runs."""
+    reruns: tuple[str, ...] = ()
+    """The runs that re-run this one, oldest first."""
 
     @property
     def is_final(self) -> bool:
@@ -123,6 +139,52 @@ class RunStatus:
     def count(self, state: StepState) -> int:
         """How many steps are in ``state``."""
         return sum(1 for step in self.steps if step.state == state)
+
+
+#: Heartbeats a worker process may miss before it counts as gone.
+BEATS_BEFORE_GONE = 3
+
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    """A worker process as its latest heartbeat describes it; times are epoch milliseconds."""
+
+    worker_id: str
+    """``host:pid``, as a step's worker (``host:pid/thread``) begins."""
+    host: str
+    pid: int
+    parent_pid: int
+    """The process that started it: the processes of one ``dramatiq`` command share it."""
+    threads: int
+    queues: tuple[str, ...]
+    """The Dramatiq queue names it reads."""
+    processed: int
+    """Messages it processed since it started, and of those, how many failed (retried ones included)."""
+    failed: int
+    running: tuple[str, ...]
+    """What it runs now: ``actor`` for each message, with ``run/step`` for a pipeline step."""
+    started_at_ms: int
+    beat_at_ms: int
+
+    def alive(self, interval_s: float, now_ms: int) -> bool:
+        """Whether it beat within its last :data:`BEATS_BEFORE_GONE` intervals of ``interval_s``."""
+        return now_ms - self.beat_at_ms <= BEATS_BEFORE_GONE * interval_s * 1000
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> WorkerBeat:
+        data = orjson.loads(raw)
+        return cls(**{**data, "queues": tuple(data["queues"]), "running": tuple(data["running"])})
+
+
+def command_processes(beats: Sequence[WorkerBeat]) -> dict[tuple[str, int], int]:
+    """How many of ``beats`` each ``dramatiq`` command (host, parent pid) runs: its processes."""
+    counts: dict[tuple[str, int], int] = {}
+    for beat in beats:
+        counts[beat.host, beat.parent_pid] = counts.get((beat.host, beat.parent_pid), 0) + 1
+    return counts
 
 
 @dataclass(frozen=True)

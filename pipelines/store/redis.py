@@ -146,6 +146,9 @@ class RedisRunStore(RedisRecords):
             run.first_input or "",
             run.delay_ms,
             "1" if run.trace_sampled else "0",
+            run.input or "",
+            "1" if run.registered else "0",
+            run.rerun_of or "",
         ]
         for node, actor in run.steps:
             up = run.frames.get(node)
@@ -287,8 +290,9 @@ class RedisRunStore(RedisRecords):
             pipe = self._redis.pipeline(transaction=True)
             pipe.hgetall(key)
             pipe.hgetall(key + ":steps")
-            record, steps = cast(list[dict[bytes, bytes]], pipe.execute())
-        return replies.run_status(record, steps)
+            pipe.lrange(key + ":reruns", 0, -1)
+            record, steps, reruns = cast(list[Any], pipe.execute())
+        return replies.run_status(record, steps, reruns)
 
     def run_state(self, run_id: str) -> RunState | None:
         with self._answering():

@@ -19,13 +19,24 @@ from redis.commands.core import Script
 
 from pipelines.store import replies
 from pipelines.store.answering import answering
-from pipelines.store.base import KeyClaimKind, LeaseCheck, LeaseOpenKind, SlotTake
+from pipelines.store.base import KeyClaimKind, LeaseCheck, LeaseOpenKind, SlotTake, WorkerBeat
 from pipelines.store.scripting import Scripts
-from pipelines.wire.naming import idempotency_record_key, lease_key, once_key, schedule_key, sweep_key, tick_key
+from pipelines.wire.naming import (
+    idempotency_record_key,
+    lease_key,
+    once_key,
+    run_key,
+    schedule_key,
+    sweep_key,
+    tick_key,
+    worker_key,
+    workers_key,
+)
 
 
 class RedisRecords:
-    """The roles ``KeyClaims``, ``OnceMarks``, ``JobLeases``, ``ScheduleTicks`` and ``RateSlots`` on Redis."""
+    """The roles ``KeyClaims``, ``OnceMarks``, ``JobLeases``, ``ScheduleTicks``, ``RateSlots`` and
+    ``WorkerBeats`` on Redis."""
 
     def __init__(
         self, *, client: redis.Redis | RedisCluster, scripts: Scripts, url: str, namespace: str, retention_ms: int
@@ -47,6 +58,7 @@ class RedisRecords:
         self._reserve = scripts.register("reserve")
         self._rate_take = scripts.register("rate_take")
         self._key_renew = scripts.register("key_renew")
+        self._rerun_link = scripts.register("rerun_link")
 
     def _answering(self) -> AbstractContextManager[None]:
         return answering(self._url)
@@ -149,3 +161,35 @@ class RedisRecords:
         keys = [self._rate_key(key), f"{self._rate_key(key)}:runs"]
         args = [interval_ms, window_count, window_ms, held_ms, grace_ms]
         return replies.rate_take(self._run(self._rate_take, keys, args))
+
+    def link_rerun(self, run_id: str, rerun_id: str) -> None:
+        # Beside the records: the link is a key of its own that extends the original run's key.
+        self._run(self._rerun_link, [run_key(self._namespace, run_id)], [rerun_id], replicated=True)
+
+    def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
+        with self._answering():
+            pipe = self._redis.pipeline(transaction=False)  # two keys, two slots in a cluster: not atomic
+            pipe.set(worker_key(self._namespace, worker.worker_id), worker.to_json(), px=keep_ms)
+            pipe.zadd(workers_key(self._namespace), {worker.worker_id: worker.beat_at_ms})
+            pipe.execute()
+
+    def forget_worker(self, worker_id: str) -> None:
+        with self._answering():
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.delete(worker_key(self._namespace, worker_id))
+            pipe.zrem(workers_key(self._namespace), worker_id)
+            pipe.execute()
+
+    def worker_beats(self) -> list[WorkerBeat]:
+        with self._answering():
+            ids = [replies.text(i) for i in self._redis.zrevrange(workers_key(self._namespace), 0, -1)]
+            if not ids:
+                return []
+            pipe = self._redis.pipeline(transaction=False)
+            for worker_id in ids:
+                pipe.get(worker_key(self._namespace, worker_id))
+            found = pipe.execute()
+            lapsed = [worker_id for worker_id, raw in zip(ids, found, strict=True) if raw is None]
+            if lapsed:  # kept long enough after their last beat: dropped
+                self._redis.zrem(workers_key(self._namespace), *lapsed)
+        return [WorkerBeat.from_json(raw) for raw in found if raw is not None]

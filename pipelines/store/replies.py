@@ -325,8 +325,8 @@ def parse_cursor(cursor: str | None) -> tuple[str, int]:
     return top, int(passed)
 
 
-def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStatus | None:
-    """A run from its hash and its steps hash (``get_run``), or None when the run is unknown."""
+def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes], reruns: Sequence[bytes] = ()) -> RunStatus | None:
+    """A run from its hash, its steps hash and its re-runs (``get_run``), or None when the run is unknown."""
     if not record:
         return None
 
@@ -371,4 +371,8 @@ def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes]) -> RunStat
         trace_id=field("trace_id"),
         trace_sampled=field("trace_sampled") != "0",  # a run created before the flag was kept: as sampled
         steps=tuple(step_list),
+        input_json=field("input"),
+        registered=field("registered") == "1",
+        rerun_of=field("rerun_of"),
+        reruns=tuple(text(run_id) for run_id in reruns),
     )

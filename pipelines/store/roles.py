@@ -45,6 +45,7 @@ from pipelines.store.base import (
     RunStatus,
     SlotTake,
     StallCheck,
+    WorkerBeat,
 )
 from pipelines.wire.steps import Frame
 
@@ -153,6 +154,9 @@ class RunViews(RunStates, Protocol):
 
     def cancel_run(self, run_id: str) -> bool:
         """Cancel a run that has not finished; steps not started yet never run. False if it had ended."""
+
+    def link_rerun(self, run_id: str, rerun_id: str) -> None:
+        """Record that run ``rerun_id`` re-runs ``run_id`` (its ``reruns``), while ``run_id`` is retained."""
 
     def run_for_key(self, idempotency_key: str) -> str | None:
         """The id of the run an idempotency key started, if it is still retained."""
@@ -328,6 +332,19 @@ class RateSlots(Protocol):
         """
 
 
+class WorkerBeats(Protocol):
+    """Worker processes' heartbeats: what each one reads and runs, kept a while after its last beat."""
+
+    def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
+        """Record ``worker``'s heartbeat, kept ``keep_ms`` unless it beats again."""
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Drop a worker's heartbeat (it stopped cleanly)."""
+
+    def worker_beats(self) -> list[WorkerBeat]:
+        """Each worker's latest heartbeat still kept, latest first (see :meth:`WorkerBeat.alive`)."""
+
+
 class StoreLifecycle(Protocol):
     """The store's connection: checked, and released at the end."""
 
@@ -352,6 +369,7 @@ class RunStore(
     StallChecks,
     ScheduleTicks,
     RateSlots,
+    WorkerBeats,
     StoreLifecycle,
     Protocol,
 ):

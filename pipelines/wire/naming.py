@@ -164,6 +164,16 @@ def running_runs_key(namespace: str) -> str:
     return f"{namespace}:runs:running"
 
 
+def worker_key(namespace: str, worker_id: str) -> str:
+    """Run-store key of one worker process's latest heartbeat (``host:pid``), which lapses unless renewed."""
+    return f"{namespace}:worker:{worker_id}"
+
+
+def workers_key(namespace: str) -> str:
+    """Run-store key of the index of the namespace's worker processes by their latest heartbeat (epoch ms)."""
+    return f"{namespace}:workers"
+
+
 def stall_sweep_key(namespace: str) -> str:
     """Run-store key of the stall sweep's clock: when it last looked, and since when without a gap."""
     return f"{namespace}:stalls"

@@ -18,6 +18,7 @@ from pipelines import chain, chord, fan_out, group, step
 from pipelines.app import build_app
 from pipelines.composition import Node
 from pipelines.dead_letters.reasons import DeadLetterReason
+from pipelines.testing import running_worker
 from pipelines.wire.naming import run_id_for_key
 from tests.console.conftest import (
     DB_PASSWORD,
@@ -135,6 +136,66 @@ def test_cancel_needs_the_token_from_the_console_s_own_origin_and_host(console: 
     assert run.status().state == "cancelled"
     assert http.post(cancel, headers=authorized(console)).json() == {"cancelled": False, "state": "cancelled"}
     assert http.post("/api/runs/no-such-run/cancel", headers=authorized(console)).status_code == 404
+
+
+def test_a_run_shows_its_input_and_once_ended_re_runs_as_a_new_run_linked_to_it(
+    console: Console, http: httpx.Client
+) -> None:
+    a = console.actors
+    name = console.pipeline_name("rerun")
+    console.app.register(name, lambda x: chain(step(a.double, x), step(a.double)))  # a factory: its own input
+    run = console.app.run(name, x=3)
+    assert run.result(timeout_s=30) == 12
+    rerun = f"/api/runs/{run.id}/rerun"
+
+    assert http.get(f"/api/runs/{run.id}").json()["input"] == [[], {"x": 3}]
+    assert http.post(rerun).status_code == 401
+    new_id = http.post(rerun, headers=authorized(console)).json()["rerun_id"]
+
+    assert console.app.get_run(new_id).result(timeout_s=30) == 12
+    again = http.get(f"/api/runs/{new_id}").json()
+    assert (again["pipeline"], again["input"], again["rerun_of"]) == (name, [[], {"x": 3}], run.id)
+    page = http.get(f"/runs/{new_id}").text
+    assert f'href="/runs/{run.id}"' in page
+    assert http.get(f"/api/runs/{run.id}").json()["reruns"] == [new_id]
+    assert f'href="/runs/{new_id}"' in http.get(f"/runs/{run.id}").text  # the original links to its re-run
+    assert 'data-post="/api/runs/' + new_id + '/rerun"' in page
+    spot = console.app.start(step(a.double, 2))
+    assert spot.wait(timeout_s=30).state == "succeeded"
+    refused = http.post(f"/api/runs/{spot.id}/rerun", headers=authorized(console))
+    assert refused.status_code == 409
+    assert refused.json()["error"] == f"Run {spot.id} was built on the spot: only registered pipelines can be re-run."
+    assert "/rerun" not in http.get(f"/runs/{spot.id}").text
+
+
+def test_a_sealed_input_stays_sealed_and_a_re_run_opens_it_for_the_new_run(
+    console: Console, http: httpx.Client
+) -> None:
+    pan, name = "4111111111111111", console.pipeline_name("sealed-input")
+    console.app.register(name, step(console.actors.vault))  # the first step encrypts: its input is sealed
+    run = console.app.run(name, pan)
+    assert run.result(timeout_s=30) == "1111"
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    new_id = http.post(f"/api/runs/{run.id}/rerun", headers=authorized(console)).json()["rerun_id"]
+
+    assert set(shown["input"]) == {"$sealed"}
+    assert console.app.get_run(new_id).result(timeout_s=30) == "1111"
+    again = http.get(f"/api/runs/{new_id}").json()
+    assert set(again["input"]) == {"$sealed"}
+    assert again["input"] != shown["input"]  # sealed again, for the new run
+    page = http.get(f"/runs/{run.id}").text
+    assert "🔒 Sealed: an actor of this run encrypts its arguments" in page
+    # A factory's arguments may reach any step: sealed when one of them encrypts, first or not.
+    factory = console.pipeline_name("sealed-factory")
+    console.app.register(factory, lambda pan: chain(step(console.actors.double, 1), step(console.actors.vault, pan)))
+    later = console.app.run(factory, pan)
+    assert later.result(timeout_s=30) == "1111"
+    deep = http.get(f"/api/runs/{later.id}").json()
+    assert isinstance(deep["input"], dict)  # not [args, kwargs] in the clear
+    assert set(deep["input"]) == {"$sealed"}
+    for text in (json.dumps(shown), json.dumps(again), json.dumps(deep), page):
+        assert pan not in text
 
 
 def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
@@ -343,6 +404,53 @@ def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
     assert "No worker reads Dramatiq queue &#39;pipelines&#39;, the framework&#39;s own actors" in page
     assert any("run deadlines are not enforced" in note for note in shown["notes"])
     assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
+
+
+def test_workers_show_by_their_heartbeat_in_the_run_store_without_metrics(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    settings = console_settings(free_port())
+    settings = settings.model_copy(
+        update={
+            "metrics": settings.metrics.model_copy(update={"enabled": False}),
+            "worker": settings.worker.model_copy(update={"heartbeat_s": 0.2}),
+            "ui": settings.ui.model_copy(update={"metrics_urls": []}),
+        }
+    )
+    app = build_app(settings, span_exporter=InMemorySpanExporter())
+    actors = declare_actors(app)
+    try:
+        with running_worker(app, threads=2), served_console(app) as url, httpx.Client(base_url=url) as client:
+            assert app.start(step(actors.double, 1)).result(timeout_s=30) == 2
+            assert app.start(step(actors.echo, "fail: on purpose")).wait(timeout_s=30).state == "failed"
+            slow = app.start(step(actors.slow, 60.0))
+            deadline = time.monotonic() + 30
+            shown = client.get("/api/queues").json()
+            while not (shown["workers"] and shown["workers"][0]["beat"]["running"]):
+                assert time.monotonic() < deadline, shown["workers"]
+                shown = client.get("/api/queues").json()
+            page = client.get("/queues").text
+            actors.release.set()
+        after_stop = app.store.worker_beats()
+    finally:
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+    [worker] = shown["workers"]
+    beat = worker["beat"]
+    assert (beat["host"], beat["pid"], worker["processes"], beat["threads"]) == (
+        socket.gethostname(),
+        os.getpid(),
+        1,
+        2,
+    )
+    assert (worker["alive"], beat["processed"], beat["failed"]) == (True, 2, 1)
+    assert beat["running"] == [f"slow {slow.id}/0.0"]
+    assert {"console", "pipelines"} <= set(beat["queues"])
+    assert any("No metrics endpoint" in note for note in shown["notes"])
+    assert "1 \u00d7 2" in page
+    assert f"slow {slow.id}/0.0" in page
+    assert after_stop == []  # a worker that stops removes its heartbeat
 
 
 def test_sealed_values_stay_sealed_in_runs_steps_dead_letters_and_pages(console: Console, http: httpx.Client) -> None:

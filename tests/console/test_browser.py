@@ -212,6 +212,28 @@ def test_a_running_run_is_cancelled_from_its_page(console: Console, page: Any, s
     shoot("cancelled")
 
 
+def test_an_ended_run_is_re_run_from_its_page_which_opens_the_new_run(
+    console: Console, page: Any, shoot: Shoot
+) -> None:
+    a = console.actors
+    name = console.pipeline_name("rerun-page")
+    console.app.register(name, chain(step(a.double), step(a.double)))
+    run = console.app.run(name, 5)
+    assert run.result(timeout_s=30) == 20
+    page.goto(f"{console.url}/runs/{run.id}")
+    expect(page.get_by_label("Input")).to_contain_text('"args": [\n    5\n  ]')
+
+    unlock(page, console.token)
+    page.get_by_role("button", name="Re-run").click()
+    page.get_by_role("button", name="Yes").click()
+
+    expect(page.locator(".run-head .facts")).to_contain_text(f"Re-run of{run.id}")
+    new_id = page.url.rsplit("/", 1)[-1]
+    assert new_id != run.id
+    assert console.app.get_run(new_id).result(timeout_s=30) == 20
+    shoot("re-run")
+
+
 def test_an_action_without_the_right_token_is_refused(console: Console, page: Any, shoot: Shoot) -> None:
     run = console.app.start(step(console.actors.slow, 60.0), name=console.pipeline_name("refused"))
     page.goto(f"{console.url}/runs/{run.id}")

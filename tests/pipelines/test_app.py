@@ -12,6 +12,7 @@ from pipelines.middleware import (
     Backoff,
     CorrelationId,
     DeadLetter,
+    Heartbeat,
     Idempotency,
     Leases,
     MaxAge,
@@ -40,6 +41,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
     assert order == [
         Profiles,
         CorrelationId,
+        Heartbeat,
         MaxAge,
         Timeout,
         ShutdownNotifications,
@@ -78,7 +80,7 @@ def test_tracing_and_metrics_come_right_after_the_correlation_id_when_enabled() 
     app = build_app(settings)
     order = [type(m) for m in app.broker.middleware]
 
-    assert order[:5] == [Profiles, CorrelationId, Tracing, Metrics, MaxAge]
+    assert order[:6] == [Profiles, CorrelationId, Tracing, Metrics, Heartbeat, MaxAge]
     assert app.runtime.tracer is not None
     assert any(isinstance(listener, Metrics) for listener in app.runtime.listeners)
     app.close()

@@ -116,6 +116,10 @@ async function post(button) {
     window.location.assign(button.dataset.then);
     return;
   }
+  if (answer.rerun_id) {  // a re-run opens the new run's page
+    window.location.assign("/runs/" + encodeURIComponent(answer.rerun_id));
+    return;
+  }
   for (const region of regions) refresh(region);
 }
 

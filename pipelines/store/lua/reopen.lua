@@ -21,7 +21,8 @@ step.e = nil
 step.l = nil
 step.t1 = nil
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
+    run .. ':reruns'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[2]))
 end
 redis.call('PUBLISH', run, 'reopened')

@@ -1,0 +1,132 @@
+"""Each worker process's heartbeat in the run store: who it is, what it reads and what it runs now.
+
+A thread records, every ``[worker] heartbeat_s``, the process's host, pid and parent pid (the processes
+of one ``dramatiq`` command share it), its threads, the Dramatiq queues it reads, the messages it
+processed and failed since it started, and the messages it runs now (a pipeline step with its run and
+step id). A process that missed three beats is gone; its record is kept an hour, so a killed process
+shows as gone that long, while one that stops cleanly removes it. ``pipelines workers`` and the
+console's queues page read it, with or without ``[metrics]``. Observability only: a store that does
+not answer skips a beat, never a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from pipelines.errors import ServiceUnavailable
+from pipelines.store.base import WorkerBeat
+from pipelines.store.roles import WorkerBeats
+from pipelines.wire.steps import StepAddress
+
+logger = logging.getLogger(__name__)
+
+#: How long a process's last heartbeat is kept after it (a killed process shows as gone that long), in s.
+KEPT_AFTER_LAST_BEAT_S = 3600
+
+
+class Heartbeat(Middleware):
+    """Records this worker process's heartbeat in the run store (see the module docstring)."""
+
+    #: Observability: its failures are logged and never stop a message (see ``pipelines.handling.guards``).
+    fails_open = True
+
+    def __init__(self, *, store: WorkerBeats, interval_s: float) -> None:
+        self.store = store
+        self.interval_s = interval_s
+        self.processed = 0
+        self.failed = 0
+        self._running: dict[int, str] = {}
+        """id of a message proxy → what it runs (``actor`` or ``actor run/step``)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._worker: dramatiq.Worker | None = None
+        self._started_at_ms = 0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def worker_id(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._worker, self._started_at_ms = worker, int(time.time() * 1000)
+        self._stop.clear()
+        self.beat()  # at once: a worker shows as soon as it has booted
+        self._thread = threading.Thread(target=self._beat, name="pipelines-worker-heartbeat", daemon=True)
+        self._thread.start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s)
+        try:
+            self.store.forget_worker(self.worker_id)
+        except ServiceUnavailable as e:  # its record lapses on its own
+            logger.warning("Could not remove this worker's heartbeat: %s", e)
+
+    def before_process_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        address = StepAddress.of(message)
+        what = message.actor_name if address is None else f"{message.actor_name} {address.run_id}/{address.node}"
+        with self._lock:
+            self._running[id(message)] = what
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: dramatiq.broker.MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        with self._lock:
+            self._running.pop(id(message), None)
+            self.processed += 1
+            self.failed += exception is not None
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        with self._lock:
+            self._running.pop(id(message), None)
+
+    def record(self) -> WorkerBeat:
+        """This process as its next heartbeat describes it."""
+        worker = self._worker
+        # Dramatiq's own delay queues (``.DQ``) are how it reads a queue, not one more queue read.
+        # A copy: the worker adds consumers from its own threads (actors declared after it started).
+        consumed = list(worker.consumers) if worker is not None else []
+        queues = sorted(q for q in consumed if not q.endswith(".DQ"))
+        with self._lock:
+            running, processed, failed = tuple(sorted(self._running.values())), self.processed, self.failed
+        return WorkerBeat(
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            parent_pid=os.getppid(),
+            threads=int(getattr(worker, "worker_threads", 1)),
+            queues=tuple(queues),
+            processed=processed,
+            failed=failed,
+            running=running,
+            started_at_ms=self._started_at_ms,
+            beat_at_ms=int(time.time() * 1000),
+        )
+
+    def beat(self) -> None:
+        """Record the heartbeat now (what the thread does each interval)."""
+        try:
+            self.store.beat(self.record(), keep_ms=KEPT_AFTER_LAST_BEAT_S * 1000)
+        except ServiceUnavailable as e:
+            logger.warning("Could not record this worker's heartbeat: %s", e)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.beat()
+            except Exception:  # the thread must live on: the next interval tries again
+                logger.exception("This worker's heartbeat failed; it beats again in %g s.", self.interval_s)
