@@ -164,7 +164,7 @@ class RedisRecords:
 
     def link_rerun(self, run_id: str, rerun_id: str) -> None:
         # Beside the records: the link is a key of its own that extends the original run's key.
-        self._run(self._rerun_link, [run_key(self._namespace, run_id)], [rerun_id], replicated=True)
+        replies.rerun_link(self._run(self._rerun_link, [run_key(self._namespace, run_id)], [rerun_id], replicated=True))
 
     def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
         with self._answering():

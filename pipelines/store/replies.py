@@ -165,6 +165,11 @@ def key_finish(reply: Any) -> bool:
     return bool(reply)
 
 
+def rerun_link(reply: Any) -> bool:
+    """``rerun_link.lua``: whether the link was recorded (not when the original run is past its retention)."""
+    return bool(reply)
+
+
 def key_release(reply: Any) -> bool:
     """``key_release.lua``: whether this holder still held the key (and let it go)."""
     return bool(reply)

@@ -113,3 +113,18 @@ def test_recent_runs_lists_the_newest_first_up_to_the_limit(store: RunStore, new
 
     assert store.recent_runs(10) == [runs[2].run_id, runs[1].run_id, runs[0].run_id]
     assert store.recent_runs(2) == [runs[2].run_id, runs[1].run_id]
+
+
+def test_a_run_lists_the_runs_that_re_run_it_while_it_is_retained(store: RunStore, new_chord: NewChord) -> None:
+    original, first, second = new_chord(2), new_chord(2), new_chord(2)
+    for run in (original, first, second):
+        store.create_run(run)
+
+    store.link_rerun(original.run_id, first.run_id)
+    store.link_rerun(original.run_id, second.run_id)
+    store.link_rerun("no-such-run", first.run_id)  # past its retention: nothing to link
+
+    status = store.get_run(original.run_id)
+    assert status is not None
+    assert status.reruns == (first.run_id, second.run_id)
+    assert store.get_run("no-such-run") is None
