@@ -21,6 +21,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware
 
+from pipelines.context import process_id
 from pipelines.errors import ServiceUnavailable
 from pipelines.store.base import WorkerBeat
 from pipelines.store.roles import WorkerBeats
@@ -53,7 +54,7 @@ class Heartbeat(Middleware):
 
     @property
     def worker_id(self) -> str:
-        return f"{socket.gethostname()}:{os.getpid()}"
+        return process_id()
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._worker, self._started_at_ms = worker, int(time.time() * 1000)

@@ -55,12 +55,15 @@ _message: ContextVar[MessageContext | None] = ContextVar("pipelines_message", de
 _correlation: ContextVar[str | None] = ContextVar("pipelines_correlation", default=None)
 
 
-def worker_id() -> str:
-    """Who runs the code now, as a step's record names it: ``host:pid/thread`` (the thread's name).
+def process_id() -> str:
+    """This process as a worker's heartbeat names it: ``host:pid`` (read at each call: a forked worker
+    process has a pid of its own)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
-    Read at each call: a forked worker process has a pid of its own.
-    """
-    return f"{socket.gethostname()}:{os.getpid()}/{threading.current_thread().name}"
+
+def worker_id() -> str:
+    """Who runs the code now, as a step's record names it: ``host:pid/thread`` (the thread's name)."""
+    return f"{process_id()}/{threading.current_thread().name}"
 
 
 def new_correlation_id() -> str:

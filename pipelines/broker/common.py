@@ -13,7 +13,14 @@ from pipelines import options as opt
 from pipelines.config.sections import BrokerConfig
 from pipelines.dead_letters.reasons import DeadLetterPublisher
 from pipelines.errors import DefinitionError, MessageTooLarge
-from pipelines.handling.guards import after_failed, fails_open, guards_silently, observed_failure, refuse
+from pipelines.handling.guards import (
+    after_failed,
+    fails_open,
+    guards_silently,
+    middleware_name,
+    observed_failure,
+    refuse,
+)
 from pipelines.priority import refuse_broker_priority
 from pipelines.profiles.kinds import profile_of
 from pipelines.wire import naming
@@ -231,7 +238,7 @@ class HookDispatch:
         for middleware in self.middleware:
             count = getattr(middleware, "middleware_failed", None)
             if count is not None:
-                count(type(hook.__self__).__name__, name)
+                count(middleware_name(hook), name)
 
     def add_middleware(self, middleware: dramatiq.Middleware, **kwargs: Any) -> None:
         if guards_silently(middleware):

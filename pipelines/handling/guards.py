@@ -43,7 +43,7 @@ def observational(middleware: M) -> M:
 
 def observed_failure(hook: Any, signal: str, error: Exception) -> None:
     """Log the failure of an observational middleware's hook; the message goes on."""
-    logger.error("%s failed in %s (observational: the message goes on).", _name(hook), signal, exc_info=error)
+    logger.error("%s failed in %s (observational: the message goes on).", middleware_name(hook), signal, exc_info=error)
 
 
 def guards_silently(middleware: dramatiq.Middleware) -> bool:
@@ -60,22 +60,25 @@ def fails_open(hook: Any) -> bool:
     return bool(getattr(getattr(hook, "__self__", None), "fails_open", False))
 
 
-def _name(hook: Any) -> str:
+def middleware_name(hook: Any) -> str:
+    """The class name of a (bound) hook's middleware, as dead-letter reasons, logs and metrics give it."""
     return type(getattr(hook, "__self__", hook)).__name__
 
 
 def refuse(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, hook: Any, error: Exception) -> None:
     """A guard's ``before_*`` hook failed: put the message off or fail it (the caller skips it)."""
     if isinstance(error, TRANSIENT):
-        logger.warning("%s could not decide about %s (%s); putting it off.", _name(hook), message.message_id, error)
+        logger.warning(
+            "%s could not decide about %s (%s); putting it off.", middleware_name(hook), message.message_id, error
+        )
         put_off_while_store_down(broker, message, error)
         return
-    logger.error("%s failed on %s; dead-lettering it.", _name(hook), message.message_id, exc_info=error)
-    fail_message(message, f"{_name(hook)} failed", error)
+    logger.error("%s failed on %s; dead-lettering it.", middleware_name(hook), message.message_id, exc_info=error)
+    fail_message(message, f"{middleware_name(hook)} failed", error)
 
 
 def after_failed(message: dramatiq.broker.MessageProxy, hook: Any, error: Exception) -> None:
     """A guard's ``after_*`` hook failed: a message that had not failed yet is failed with the reason."""
-    logger.error("%s failed after %s ran.", _name(hook), message.message_id, exc_info=error)
+    logger.error("%s failed after %s ran.", middleware_name(hook), message.message_id, exc_info=error)
     if not message.failed:
-        fail_message(message, f"{_name(hook)} failed", error)
+        fail_message(message, f"{middleware_name(hook)} failed", error)
