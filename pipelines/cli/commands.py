@@ -260,7 +260,7 @@ def workers(app: App, args: argparse.Namespace, out: Output) -> int:
     import time
     from dataclasses import asdict
 
-    from pipelines.console.data import worker_views
+    from pipelines.console.overview import worker_views
 
     shown = worker_views(app.store.worker_beats(), app.settings.worker.heartbeat_s, time.time())
     if args.json:
