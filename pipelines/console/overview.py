@@ -21,11 +21,8 @@ from pipelines.console.charts import hour_charts
 from pipelines.console.views import Overview, QueueView, WorkerView
 from pipelines.flow.own_actors import unread_note
 from pipelines.store.base import WorkerBeat, command_processes
-from pipelines.store.counts import KEPT_AFTER_MINUTE_MS, ActorCounts, per_actor
+from pipelines.store.counts import LAST_HOUR_MS, ActorCounts, per_actor
 from pipelines.wire.naming import dead_letter_queue
-
-#: The span of the counts and charts, in ms: the last hour (and the minute under way).
-HOUR_MS = KEPT_AFTER_MINUTE_MS
 
 
 class QueuesOverview:
@@ -72,7 +69,7 @@ class QueuesOverview:
         if depth is None:
             notes.append("The embedded broker keeps no queues between processes: depths are not known.")
         now = time.time()
-        minutes = self.app.store.message_counts(int(now * 1000) - HOUR_MS, int(now * 1000))
+        minutes = self.app.store.message_counts(int(now * 1000) - LAST_HOUR_MS, int(now * 1000))
         hour = per_actor(minutes)
         topology = self.app.broker.topology
         reading: Callable[[str], int | None] | None = getattr(self.app.broker, "queue_consumers", None)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 MINUTE_MS = 60_000
 #: How long a minute's record is kept after the minute, in ms (the console shows the last hour).
 KEPT_AFTER_MINUTE_MS = 3_600_000
+#: The span the console and ``pipelines queues`` show, in ms: the last hour, what the store keeps.
+LAST_HOUR_MS = KEPT_AFTER_MINUTE_MS
 #: The measures of an actor in a minute's record, by field prefix; ``slowest`` keeps the largest value,
 #: the others add up.
 MEASURES = ("processed", "failed", "dead", "ms", "slowest")
