@@ -5,7 +5,7 @@ minute, a field per actor and measure), a few seconds after the fact, with its h
 :class:`Tally` holds them in memory: counting costs a dictionary update under a lock, never a store
 call, and what a store that did not answer could not take goes with the next beat. Whatever
 sent the message (a pipeline run or a plain ``actor.send()``), it is counted. A record is kept an hour
-after its minute, so the store holds at most about 61 records per namespace, each with five fields an
+after its minute, so the store holds about 62 records per namespace, each with five fields an
 actor. The console's queues page and ``pipelines queues`` read the last hour from them, without
 ``[metrics]``.
 """
