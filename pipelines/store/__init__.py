@@ -23,6 +23,7 @@ What running the scripts in process costs, measured 2026-12-01 on this project's
 from __future__ import annotations
 
 from pipelines.config.sections import StoreConfig
+from pipelines.errors import ConfigError
 from pipelines.store.base import (
     Advance,
     Claim,
@@ -87,9 +88,24 @@ __all__ = [
 
 
 def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
-    """The store ``config.url`` names: ``memory://`` (in process) or a Redis URL."""
+    """The store ``config.url`` names: ``memory://`` (in process), a PostgreSQL URL or a Redis URL.
+
+    Raises:
+        ConfigError: A PostgreSQL URL, but psycopg is not installed.
+    """
     if config.is_memory:
         return embedded_store(namespace=namespace, retention_s=config.retention_s)
+    if config.is_postgres:
+        try:  # imported here: psycopg is an extra, and a Redis store's process never loads it
+            from pipelines.store.postgres import PostgresRunStore
+        except ImportError as e:
+            raise ConfigError(
+                f"store.url names PostgreSQL, but {e.name} is not installed. Install the extra: "
+                "pip install 'rabbit-pipelines[postgres]'."
+            ) from None
+        return PostgresRunStore(
+            url=config.url, namespace=namespace, retention_s=config.retention_s, schema=config.postgres_schema
+        )
     return RedisRunStore(
         url=config.url,
         namespace=namespace,

@@ -224,8 +224,8 @@ def test_unknown_runs_and_steps_are_reported_missing(store: RunSteps, new_chord:
     assert store.fail_step("no-such-run", "0.0.0", "ValueError", final=True) is None
 
 
-def test_every_key_of_a_run_expires_after_the_retention(store: RunStore, new_chord: NewChord) -> None:
-    assert isinstance(store, RedisRunStore)  # every backend runs the Redis scripts
+def test_every_key_of_a_run_expires_after_the_retention(script_store: RedisRunStore, new_chord: NewChord) -> None:
+    store = script_store
     run = new_chord(2, key="ttl")
     store.create_run(run)
     for index in range(2):

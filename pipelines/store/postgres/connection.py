@@ -1,0 +1,152 @@
+"""The PostgreSQL store's connections: a pool, the schema migrated at first use, and what PostgreSQL's
+failures mean for the caller (each one it can act on becomes a :class:`~pipelines.errors.StoreUnavailable`
+that says what to do: a refused login, a missing database, a user without rights, no answer).
+
+Every statement names its tables with the schema (no ``search_path``, nothing set on a session), so a
+pooler in transaction mode (PgBouncer) may hand each transaction another server connection.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import errors
+from psycopg.rows import DictRow, dict_row
+
+from pipelines.config.masking import mask_url
+from pipelines.errors import StoreUnavailable
+from pipelines.store.postgres import schema as tables
+
+#: Seconds to wait for PostgreSQL (a connection, or one from the pool) before reporting it unavailable.
+CONNECT_TIMEOUT_S = 5.0
+#: The most connections one store's pool opens (a worker's threads, its heartbeat and sweeps).
+POOL_MAX_SIZE = 16
+
+Cursor = psycopg.Cursor[DictRow]
+
+
+class Connections:
+    """A pool of connections to the database ``url`` names, whose store lives in ``schema``."""
+
+    def __init__(self, *, url: str, schema: str) -> None:
+        self.url = url
+        self.schema = schema
+        self.s = tables.quoted(schema)
+        self._pool = psycopg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=POOL_MAX_SIZE,
+            open=False,
+            timeout=CONNECT_TIMEOUT_S,
+            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
+            name="pipelines-store",
+        )
+        self._ready = False
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A pooled connection (autocommit), with the schema migrated the first time."""
+        with self.answering():
+            if not self._ready:
+                self._prepare()
+            with self._pool.connection() as conn:
+                yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Cursor]:
+        """A cursor in a transaction of its own, committed when the block ends without an error."""
+        with self.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
+            yield cursor
+
+    def _prepare(self) -> None:
+        with self._lock:
+            if self._ready:
+                return
+            if self._closed:
+                raise StoreUnavailable("The run store was closed: make a new app (or store) to use it again.")
+            self._pool.open(wait=False)
+            with self._pool.connection() as conn:
+                if tables.schema_version(conn, self.schema) < tables.LATEST:
+                    tables.migrate(conn, self.schema)
+            self._ready = True
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations the schema lacks; returns their versions (none: it was up to date)."""
+        with self.answering(), self.direct(self.url) as conn:
+            return tables.migrate(conn, self.schema)
+
+    @staticmethod
+    def direct(url: str) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection of its own to ``url``, outside any pool (autocommit)."""
+        return psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S))
+
+    def dedicated(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """A connection of its own, outside the pool (to LISTEN on: a session's state)."""
+        with self.answering():
+            if not self._ready:
+                self._prepare()
+            return self.direct(self.url)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._ready = False
+        self._pool.close()
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        """PostgreSQL's failures as :class:`StoreUnavailable`, saying what to do; other errors pass."""
+        try:
+            yield
+        except psycopg_pool.PoolTimeout:
+            raise self._unavailable(self._why_no_connection()) from None
+        except errors.InsufficientPrivilege as e:
+            raise StoreUnavailable(
+                f"PostgreSQL at {mask_url(self.url)} refused the store's user on schema {self.schema} "
+                f"({_first_line(e)}). Run `pipelines store migrate` as a user who may create it, and grant "
+                f"this one USAGE on the schema and SELECT, INSERT, UPDATE, DELETE on its tables."
+            ) from None
+        except (errors.InvalidSchemaName, errors.UndefinedTable) as e:
+            raise StoreUnavailable(
+                f"PostgreSQL at {mask_url(self.url)} has no store tables in schema {self.schema} ({_first_line(e)}). "
+                "Run `pipelines store migrate` (the store also creates them at its first call when it may)."
+            ) from None
+        except psycopg.OperationalError as e:
+            raise self._unavailable(e) from None
+
+    def _why_no_connection(self) -> psycopg.Error | str:
+        """Why the pool has no connection: the error a connection of its own meets, if any."""
+        try:
+            psycopg.connect(self.url, connect_timeout=int(CONNECT_TIMEOUT_S)).close()
+        except psycopg.Error as e:
+            return e
+        return f"no connection free in the pool within {CONNECT_TIMEOUT_S} s"
+
+    def _unavailable(self, cause: psycopg.Error | str) -> StoreUnavailable:
+        text = _first_line(cause)
+        where = f"PostgreSQL at {mask_url(self.url)}"
+        if "password authentication failed" in text or ("role" in text and "does not exist" in text):
+            return StoreUnavailable(
+                f"{where} refused the login ({text}). Check the user name and password in store.url "
+                "(or PIPELINES_STORE__URL)."
+            )
+        if "database" in text and "does not exist" in text:
+            return StoreUnavailable(
+                f"{where} has no such database ({text}). Create it (`createdb`), or name one that exists in store.url."
+            )
+        return StoreUnavailable(
+            f"{where} does not answer ({text}). Is it running? Try `docker compose up -d postgres`, or set "
+            "store.url in config.toml."
+        )
+
+
+def _first_line(error: BaseException | str) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
