@@ -71,10 +71,11 @@ class Connections:
                 return
             if self._closed:
                 raise StoreUnavailable("The run store was closed: make a new app (or store) to use it again.")
-            self._pool.open(wait=False)
-            with self._pool.connection() as conn:
+            # A connection of its own first: a wrong URL, user or database is reported at once, as it is.
+            with self.direct(self.url) as conn:
                 if tables.schema_version(conn, self.schema) < tables.LATEST:
                     tables.migrate(conn, self.schema)
+            self._pool.open(wait=False)
             self._ready = True
 
     def migrate(self) -> list[int]:

@@ -5,14 +5,14 @@ runs it follows."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
 from pipelines.store.base import RunStatus
-from pipelines.store.feed import CHANGE_CALLBACK_INTERVAL_S, LIVENESS_CHECK_S
+from pipelines.store.waiting import wait_for_end
 
 
 def listen(conn: psycopg.Connection[Any], channel: str) -> None:
@@ -41,27 +41,16 @@ def wait_on_notifications(
     on_change: Callable[[RunStatus], None] | None,
 ) -> None:
     """Block until the run notified as ``payload`` has ended (or ``timeout_s`` passed), handing its snapshots
-    to ``on_change`` at most every ``CHANGE_CALLBACK_INTERVAL_S``; closes ``conn``."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    to ``on_change`` (see :func:`~pipelines.store.waiting.wait_for_end`); closes ``conn``."""
     try:
         listen(conn, channel)  # before reading, so a change between the two is not missed
-        last_callback = 0.0
-        while True:
-            if on_change is None:
-                if ended():
-                    return
-            else:
-                snapshot = read()
-                if snapshot is None or snapshot.is_final:
-                    return
-                if time.monotonic() - last_callback >= CHANGE_CALLBACK_INTERVAL_S:
-                    on_change(snapshot)
-                    last_callback = time.monotonic()
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            # A bound on the wait only guards against a connection silently lost.
-            next_notified(conn, (payload,), min(remaining, LIVENESS_CHECK_S) if remaining else LIVENESS_CHECK_S)
+        wait_for_end(
+            lambda timeout: next_notified(conn, (payload,), timeout),
+            ended=ended,
+            read=read,
+            timeout_s=timeout_s,
+            on_change=on_change,
+        )
     finally:
         conn.close()
 
@@ -69,11 +58,19 @@ def wait_on_notifications(
 class PostgresRunFeed:
     """:class:`~pipelines.store.base.RunFeed` on the schema's channel: one connection, however many runs."""
 
-    def __init__(self, conn: psycopg.Connection[Any], channel: str, namespace: str) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        channel: str,
+        namespace: str,
+        answering: Callable[[], AbstractContextManager[None]],
+    ) -> None:
         self._conn = conn
         self._namespace = namespace
+        self._answering = answering
         self._runs: set[str] = set()
-        listen(conn, channel)
+        with answering():
+            listen(conn, channel)
 
     def follow(self, run_id: str) -> None:
         self._runs.add(f"{self._namespace} {run_id}")
@@ -82,7 +79,8 @@ class PostgresRunFeed:
         self._runs.discard(f"{self._namespace} {run_id}")
 
     def next_change(self, timeout_s: float) -> str | None:
-        found = next_notified(self._conn, self._runs, timeout_s)
+        with self._answering():
+            found = next_notified(self._conn, self._runs, timeout_s)
         return found.split(" ", 1)[1] if found is not None else None
 
     def close(self) -> None:

@@ -117,9 +117,7 @@ class RunViews(Part):
         return self.get_run(run_id)
 
     def run_feed(self) -> PostgresRunFeed:
-        conn = self._c.dedicated()
-        with self._c.answering():
-            return PostgresRunFeed(conn, self._channel, self._ns)
+        return PostgresRunFeed(self._c.dedicated(), self._channel, self._ns, self._c.answering)
 
     def link_rerun(self, run_id: str, rerun_id: str) -> None:
         with self._c.connection() as conn:
