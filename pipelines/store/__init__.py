@@ -1,9 +1,11 @@
-"""Run stores: one implementation, the Lua scripts in ``lua/``, run by Redis or by an in-process Redis.
+"""Run stores: the Lua scripts in ``lua/``, run by Redis or by an in-process Redis, and PostgreSQL.
 
 ``roles`` splits the store into the roles its consumers take, ``base`` holds the records they pass,
 ``redis`` runs one script per decision and ``replies`` decodes each script's reply. ``memory://``
 (the embedded mode: the demo's fallback, unit tests, ``pipelines.testing``) runs the same scripts on
-an in-process server of its own (``embedded``), so the store's meaning is written once.
+an in-process server of its own (``embedded``), so the Redis store's meaning is written once.
+``postgres`` holds that meaning in SQL transactions, for what only a database can give (a run started
+in the caller's own transaction); the contract tests of every role hold the two meanings together.
 
 Why not a Python mirror held to the scripts by a differential test: the mirror (487 lines, a hand-kept
 copy of ``complete.lua``) had drifted already, and every later change to the store (scripts merged

@@ -7,7 +7,7 @@ the partner it is paired with, whether it needs the test services), and then:
 - the broker tests marked :data:`on_each_broker` run on every broker kind, with its partner store;
 - every behaviour test (one that takes ``make_app``, hence ``backend``) runs on each pair in
   :data:`PAIRED`: each kind of either axis with the partner it names. Today that is the embedded
-  broker with the embedded store and RabbitMQ with Redis;
+  broker with the embedded store and RabbitMQ with Redis (PostgreSQL names no partner yet);
 - the behaviour tests marked :data:`on_every_backend` (the runtime of composed pipelines,
   ``tests/pipelines/test_runs.py``) run on every pair of the product, :data:`EVERY_BACKEND`.
 
@@ -58,7 +58,7 @@ class StoreKind:
     partner: str | None
     """The broker kind it runs every behaviour test with; None: only the contract and the tests on every backend."""
     needs_services: bool
-    """It talks to the test services (Redis): a test on it fails when they do not answer."""
+    """It talks to the test services (Redis, PostgreSQL): a test on it fails when they do not answer."""
     runs_scripts: bool = True
     """It runs the Redis store's Lua scripts (the tests of what only they do run on it too)."""
     schema_per_namespace: bool = False
