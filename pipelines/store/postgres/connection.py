@@ -119,6 +119,11 @@ class Connections:
                 f"PostgreSQL at {mask_url(self.url)} has no store tables in schema {self.schema} ({_first_line(e)}). "
                 "Run `pipelines store migrate` (the store also creates them at its first call when it may)."
             ) from None
+        except errors.TransactionRollback as e:  # a deadlock or serialization failure: nothing was written
+            raise StoreUnavailable(
+                f"PostgreSQL at {mask_url(self.url)} rolled back a run store transaction ({_first_line(e)}); "
+                "nothing of it was written, and the operation is tried again later."
+            ) from None
         except psycopg.OperationalError as e:
             raise self._unavailable(e) from None
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from psycopg.rows import dict_row
+
 from pipelines.errors import ClaimLost
 from pipelines.store.base import Claim, DeadlineCheck, NewRun, Renewal, ReopenKind
 from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor, Part
@@ -259,8 +261,9 @@ class RunSteps(Part):
         lost: list[tuple[str, str]] = []
         ended: list[tuple[str, str]] = []
         lost_keys: list[str] = []
-        with self._c.transaction() as cur:
-            for (run_id, node), claim in sorted(steps.items()):  # one order: no two renewals wait on each other
+        # Each hold renewed on its own (autocommit): a renewal never holds one row while it waits for another.
+        with self._c.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            for (run_id, node), claim in steps.items():
                 cur.execute(
                     f"UPDATE {self._s}.steps s SET lease_until = CASE WHEN s.attempts = %s AND s.state = 'running' "
                     f"THEN {NOW_MS} + %s ELSE s.lease_until END FROM {self._s}.runs r WHERE r.ns = s.ns AND "
@@ -273,7 +276,7 @@ class RunSteps(Part):
                     lost.append((run_id, node))
                 elif row is None or row["state"] != "running":
                     ended.append((run_id, node))
-            for key, holder in sorted(keys.items()):
+            for key, holder in keys.items():
                 cur.execute(
                     f"UPDATE {self._s}.key_claims SET expires_at = {NOW_MS} + %s WHERE ns = %s AND key = %s AND "
                     f"holder = %s AND NOT done AND expires_at > {NOW_MS}",
@@ -281,9 +284,4 @@ class RunSteps(Part):
                 )
                 if not cur.rowcount:
                     lost_keys.append(key)
-        key_order = list(keys)
-        return Renewal(
-            lost_steps=tuple(step for step in steps if step in lost),
-            ended_steps=tuple(step for step in steps if step in ended),
-            lost_keys=tuple(sorted(lost_keys, key=key_order.index)),
-        )
+        return Renewal(lost_steps=tuple(lost), ended_steps=tuple(ended), lost_keys=tuple(lost_keys))
