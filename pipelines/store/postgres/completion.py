@@ -104,8 +104,7 @@ class StepCompletion(Part):
     def _recorded(self, cur: Cursor, call: _Completion) -> Advance | tuple[dict[str, Any], bool]:
         """The step's success recorded (unless it had succeeded before: a re-drive): the run locked and whether
         this is a re-drive, or why nothing follows."""
-        run = self._lock_run(cur, call.run_id)
-        step = self._step(cur, call.run_id, call.node) if run is not None else None
+        run, step = self._lock_step(cur, call.run_id, call.node)
         if run is None or step is None:
             return Advance("missing")
         if step["up"] is not None and frames_json(call.up) != step["up"]:
@@ -169,10 +168,10 @@ class StepCompletion(Part):
         members' values in order (JSON) once the last one arrived."""
         cur.execute(
             f"INSERT INTO {self._s}.barriers (ns, run_id, parent, member, value, trace_parent, arrived_at) "
-            "VALUES (%s, %s, %s, %s, %s, nullif(%s, ''), %s) ON CONFLICT DO NOTHING",
+            "VALUES (%s, %s, %s, %s, %s, nullif(%s, ''), %s) ON CONFLICT DO NOTHING RETURNING 1",
             [self._ns, call.run_id, frame.node, frame.index, value, call.trace_parent, now],
         )
-        if not cur.rowcount and not redrive:
+        if cur.fetchone() is None and not redrive:
             return Advance("duplicate")
         cur.execute(
             f"SELECT value, trace_parent, arrived_at FROM {self._s}.barriers WHERE ns = %s AND run_id = %s AND "

@@ -61,8 +61,17 @@ class Connections:
 
     @contextmanager
     def transaction(self) -> Iterator[Cursor]:
-        """A cursor in a transaction of its own, committed when the block ends without an error."""
-        with self.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
+        """A cursor in a transaction of its own, committed when the block ends without an error.
+
+        Its statements are pipelined: those whose rows are not read go out with the next one that is (or
+        with the commit), so a decision costs a round trip per read, not per statement.
+        """
+        with (
+            self.connection() as conn,
+            conn.pipeline(),
+            conn.transaction(),
+            conn.cursor(row_factory=dict_row) as cursor,
+        ):
             yield cursor
 
     def _prepare(self) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.rows import dict_row
+
 from pipelines.store.base import FINAL_RUN_STATES
 from pipelines.store.postgres.connection import Connections, Cursor
 from pipelines.store.postgres.schema import NOW_MS
@@ -40,11 +42,24 @@ class Part:
         )
         return cur.fetchone()
 
-    def _step(self, cur: Cursor, run_id: str, node: str) -> dict[str, Any] | None:
-        cur.execute(
-            f"SELECT * FROM {self._s}.steps WHERE ns = %s AND run_id = %s AND node = %s", [self._ns, run_id, node]
-        )
-        return cur.fetchone()
+    def _lock_step(self, cur: Cursor, run_id: str, node: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """:meth:`_lock_run` and the run's step ``node`` (None: no such step), in one round trip.
+
+        Two statements, not a join: the step is read after the run's lock is granted, so a decision that
+        waited for the lock sees what the one before it wrote (a join would see the step as it was when the
+        statement began). The pipeline sends them together.
+        """
+        with cur.connection.cursor(row_factory=dict_row) as steps:
+            cur.execute(
+                f"SELECT {NOW_MS} AS now, * FROM {self._s}.runs WHERE ns = %s AND run_id = %s AND expires_at > "
+                f"{NOW_MS} FOR UPDATE",
+                [self._ns, run_id],
+            )
+            steps.execute(
+                f"SELECT * FROM {self._s}.steps WHERE ns = %s AND run_id = %s AND node = %s", [self._ns, run_id, node]
+            )
+            run = cur.fetchone()
+            return run, steps.fetchone() if run is not None else None
 
     def _notify(self, cur: Cursor, run_id: str) -> None:
         """Tell whoever waits on the run that it changed (delivered when the transaction commits)."""

@@ -102,8 +102,7 @@ class RunSteps(Part):
         up: Sequence[Frame] | None = None,
     ) -> Claim:
         with self._c.transaction() as cur:
-            run = self._lock_run(cur, run_id)
-            step = self._step(cur, run_id, node) if run is not None else None
+            run, step = self._lock_step(cur, run_id, node)
             if run is None or step is None:
                 return Claim("missing")
             if actor is not None and up is not None:
@@ -153,8 +152,7 @@ class RunSteps(Part):
 
     def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
         with self._c.transaction() as cur:
-            run = self._lock_run(cur, run_id)
-            step = self._step(cur, run_id, node) if run is not None else None
+            run, step = self._lock_step(cur, run_id, node)
             if run is None or step is None:
                 return None
             if claim is not None and step["attempts"] != claim:
@@ -224,15 +222,16 @@ class RunSteps(Part):
             if run["deadline_at"] and run["status"] in GOING and run["now"] > run["deadline_at"]:
                 return "deadline"
             if fraction is not None:
-                self._set_step(cur, run_id, node, "progress = %s, progress_text = %s", [float(fraction), text])
-                if cur.rowcount:
-                    self._notify(cur, run_id)
+                cur.execute(
+                    f"UPDATE {self._s}.steps SET progress = %s, progress_text = %s WHERE ns = %s AND run_id = %s "
+                    "AND node = %s RETURNING pg_notify(%s, %s)",
+                    [float(fraction), text, self._ns, run_id, node, self._channel, f"{self._ns} {run_id}"],
+                )
             return str(run["status"])
 
     def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
         with self._c.transaction() as cur:
-            run = self._lock_run(cur, run_id)
-            step = self._step(cur, run_id, node) if run is not None else None
+            run, step = self._lock_step(cur, run_id, node)
             if run is None or step is None:
                 return "missing", None
             if step["state"] == "succeeded":

@@ -51,13 +51,15 @@ class RunViews(Part):
         return cast(RunState, row["status"]) if row is not None else None
 
     def get_run(self, run_id: str) -> RunStatus | None:
-        with self._c.transaction() as cur:  # the run and its steps as of one moment
-            cur.execute(f"SELECT * FROM {self._s}.runs WHERE {self._kept()} AND run_id = %s", [self._ns, run_id])
-            run = cur.fetchone()
-            if run is None:
-                return None
-            cur.execute(f"SELECT * FROM {self._s}.steps WHERE ns = %s AND run_id = %s", [self._ns, run_id])
-            steps = cur.fetchall()
+        # One statement: the run and its steps as of one moment.
+        run = self._one(
+            f"SELECT r.*, (SELECT coalesce(json_agg(s), '[]') FROM {self._s}.steps s WHERE s.ns = r.ns AND "
+            f"s.run_id = r.run_id) AS steps FROM {self._s}.runs r WHERE {self._kept()} AND run_id = %s",
+            [self._ns, run_id],
+        )
+        if run is None:
+            return None
+        steps = run["steps"]
         state = run["status"]
         shown = sorted(
             (
