@@ -82,7 +82,13 @@ class Connections:
                 raise StoreUnavailable("The run store was closed: make a new app (or store) to use it again.")
             # A connection of its own first: a wrong URL, user or database is reported at once, as it is.
             with self.direct(self.url) as conn:
-                if tables.schema_version(conn, self.schema) < tables.LATEST:
+                version = tables.schema_version(conn, self.schema)
+                if version > tables.LATEST:
+                    raise StoreUnavailable(
+                        f"The run store's tables in schema {self.schema} at {mask_url(self.url)} are at version "
+                        f"{version}, newer than this release's {tables.LATEST}: upgrade rabbit-pipelines here too."
+                    )
+                if version < tables.LATEST:
                     tables.migrate(conn, self.schema)
             self._pool.open(wait=False)
             self._ready = True

@@ -67,6 +67,18 @@ def test_the_first_call_makes_the_tables_at_the_latest_version_and_migrate_then_
         store.close()
 
 
+def test_tables_a_later_release_migrated_are_refused_with_the_versions(schema: str) -> None:
+    PostgresRunStore(url=POSTGRES_URL, namespace="n", retention_s=60, schema=schema).migrate()
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{schema}".migrations (version) VALUES (%s)', [LATEST + 1])
+    store = PostgresRunStore(url=POSTGRES_URL, namespace="n", retention_s=60, schema=schema)
+    try:
+        with pytest.raises(StoreUnavailable, match=f"at version {LATEST + 1}, newer than this release's {LATEST}"):
+            store.ping()
+    finally:
+        store.close()
+
+
 def test_namespaces_that_share_a_schema_never_see_each_others_runs(schema: str) -> None:
     shop = PostgresRunStore(url=POSTGRES_URL, namespace="shop", retention_s=60, schema=schema)
     billing = PostgresRunStore(url=POSTGRES_URL, namespace="billing", retention_s=60, schema=schema)
