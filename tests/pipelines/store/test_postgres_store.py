@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from pipelines.errors import StoreUnavailable
 from pipelines.store import NewRun
 from pipelines.store.postgres import PostgresRunStore
 from pipelines.store.postgres.schema import LATEST
+from pipelines.wire.steps import Frame
 from tests.support.backends import POSTGRES_URL, schema_of
 from tests.support.housekeeping import fresh_namespace
 from tests.support.ports import free_port
@@ -75,6 +77,38 @@ def test_tables_a_later_release_migrated_are_refused_with_the_versions(schema: s
     try:
         with pytest.raises(StoreUnavailable, match=f"at version {LATEST + 1}, newer than this release's {LATEST}"):
             store.ping()
+    finally:
+        store.close()
+
+
+def test_a_run_past_its_retention_goes_with_every_row_of_it_at_a_later_start(schema: str) -> None:
+    store = PostgresRunStore(url=POSTGRES_URL, namespace="n", retention_s=1, schema=schema)
+    old = NewRun(
+        run_id=uuid.uuid4().hex,
+        pipeline="p",
+        steps=[("0.0", "a"), ("0.1", "b")],
+        starts={"0": "[]", "0.1": "[]"},
+        entries={"0": ["0.0"], "0.1": ["0.1"]},
+        first_input="[[],{}]",
+    )
+    try:
+        store.create_run(old)
+        store.claim_step(old.run_id, "0.0", attempt=1, lease_ms=60_000)
+        store.complete_step(old.run_id, "0.0", [Frame("c", "0", 0, 2)], "1")
+        deadline = time.monotonic() + 30
+        while store.run_state(old.run_id) is not None:
+            assert time.monotonic() < deadline, "the run outlived its retention"
+            time.sleep(0.05)
+        store.create_run(a_run())
+
+        with psycopg.connect(POSTGRES_URL) as conn:
+            left = {
+                table: conn.execute(
+                    f'SELECT count(*) FROM "{schema}".{table} WHERE run_id = %s', [old.run_id]
+                ).fetchone()
+                for table in ("runs", "steps", "starts", "results")
+            }
+        assert left == dict.fromkeys(left, (0,))
     finally:
         store.close()
 
