@@ -37,26 +37,15 @@ class Connections:
         self.url = url
         self.schema = schema
         self.s = tables.quoted(schema)
-        self._pool = psycopg_pool.ConnectionPool(
-            url,
-            min_size=1,
-            max_size=POOL_MAX_SIZE,
-            open=False,
-            timeout=CONNECT_TIMEOUT_S,
-            kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
-            name="pipelines-store",
-        )
-        self._ready = False
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._lock = threading.Lock()
-        self._closed = False
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
         """A pooled connection (autocommit), with the schema migrated the first time."""
         with self.answering():
-            if not self._ready:
-                self._prepare()
-            with self._pool.connection() as conn:
+            pool = self._pool or self._prepare()
+            with pool.connection() as conn:
                 yield conn
 
     @contextmanager
@@ -74,12 +63,11 @@ class Connections:
         ):
             yield cursor
 
-    def _prepare(self) -> None:
+    def _prepare(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
+        """Migrate the schema if it lags behind, then open a pool (again, after :meth:`close`); the pool."""
         with self._lock:
-            if self._ready:
-                return
-            if self._closed:
-                raise StoreUnavailable("The run store was closed: make a new app (or store) to use it again.")
+            if self._pool is not None:
+                return self._pool
             # A connection of its own first: a wrong URL, user or database is reported at once, as it is.
             with self.direct(self.url) as conn:
                 version = tables.schema_version(conn, self.schema)
@@ -90,8 +78,17 @@ class Connections:
                     )
                 if version < tables.LATEST:
                     tables.migrate(conn, self.schema)
+            self._pool = psycopg_pool.ConnectionPool(
+                self.url,
+                min_size=1,
+                max_size=POOL_MAX_SIZE,
+                timeout=CONNECT_TIMEOUT_S,
+                kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
+                name="pipelines-store",
+                open=False,
+            )
             self._pool.open(wait=False)
-            self._ready = True
+            return self._pool
 
     def migrate(self) -> list[int]:
         """Apply the migrations the schema lacks; returns their versions (none: it was up to date)."""
@@ -106,15 +103,16 @@ class Connections:
     def dedicated(self) -> psycopg.Connection[tuple[Any, ...]]:
         """A connection of its own, outside the pool (to LISTEN on: a session's state)."""
         with self.answering():
-            if not self._ready:
+            if self._pool is None:  # the schema migrated first
                 self._prepare()
             return self.direct(self.url)
 
     def close(self) -> None:
+        """Close the pool's connections; a later call opens a new pool, as a Redis client reconnects."""
         with self._lock:
-            self._closed = True
-            self._ready = False
-        self._pool.close()
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     @contextmanager
     def answering(self) -> Iterator[None]:
