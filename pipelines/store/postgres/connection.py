@@ -2,8 +2,9 @@
 failures mean for the caller (each one it can act on becomes a :class:`~pipelines.errors.StoreUnavailable`
 that says what to do: a refused login, a missing database, a user without rights, no answer).
 
-Every statement names its tables with the schema (no ``search_path``, nothing set on a session), so a
-pooler in transaction mode (PgBouncer) may hand each transaction another server connection.
+Every statement names its tables with the schema (no ``search_path`` is set). Not yet made for a pooler in
+transaction mode (PgBouncer): psycopg prepares the statements it runs often on the server connection, and
+waits ``LISTEN`` on a connection of their own.
 """
 
 from __future__ import annotations
