@@ -34,7 +34,6 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config.settings import Settings
-from pipelines.store import RedisRunStore
 from pipelines.testing import boot
 from tests.support.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
 from tests.support.broker_witness import PublishCounts, vhost_of
@@ -42,6 +41,8 @@ from tests.support.fixtures import MakeApp, Observe, Observer, StartWorker
 from tests.support.housekeeping import (
     ListingUnavailable,
     delete_stale_namespaces,
+    delete_stale_schemas,
+    delete_store,
     delete_test_namespace,
     delete_vhost,
     fresh_namespace,
@@ -121,6 +122,7 @@ def services() -> None:
             pytrace=False,
         )
     stop_leftover_processes()
+    delete_stale_schemas(POSTGRES_URL)
     try:
         delete_stale_namespaces(AMQP_URL, REDIS_URL)
     except ListingUnavailable as e:
@@ -129,7 +131,8 @@ def services() -> None:
 
 def settings_for(backend: Backend, **sections: Any) -> Settings:
     """Settings of a fresh namespace on ``backend``'s broker and store, with section overrides."""
-    data: dict[str, Any] = {"namespace": fresh_namespace(), **backend.sections()}
+    namespace = fresh_namespace()
+    data: dict[str, Any] = {"namespace": namespace, **backend.sections(namespace)}
     data["retries"] = {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2}
     for section, values in sections.items():
         data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
@@ -137,11 +140,10 @@ def settings_for(backend: Backend, **sections: Any) -> Settings:
 
 
 def cleanup(app: App) -> None:
-    """Delete everything the app's namespace created in RabbitMQ and Redis, then close it."""
+    """Delete everything the app's namespace created in RabbitMQ and its store, then close it."""
     if isinstance(app.broker, ExchangeBroker):
         app.broker.delete_topology()
-    if isinstance(app.store, RedisRunStore):
-        app.store.delete_namespace()
+    delete_store(app.store)
     app.close()
 
 

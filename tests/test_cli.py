@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import dramatiq
+import psycopg
 import pytest
 import redis
 
 from pipelines import step
 from pipelines.store import RedisRunStore
-from tests.support.backends import only_on
+from tests.support.backends import POSTGRES_URL, only_on, schema_of
 from tests.support.fixtures import MakeApp, StartWorker
 from tests.support.housekeeping import fresh_namespace, start_process, stop_process
 from tests.support.stuck_servers import StuckServer
@@ -695,3 +696,20 @@ def test_what_an_actor_wrote_is_shown_as_written_by_every_command(
     for n in range(len(WRITTEN)):
         assert f"[bold]{n}" in found.stdout
         assert f"[bold]{n}" in top.stdout
+
+
+def test_store_migrate_makes_a_postgresql_stores_tables_once_and_loads_no_app(services: None, tmp_path: Path) -> None:
+    schema = schema_of(fresh_namespace())
+    env = environment(fresh_namespace(), PIPELINES_STORE__URL=POSTGRES_URL, PIPELINES_STORE__POSTGRES_SCHEMA=schema)
+    try:
+        first = pipelines(env, "store", "migrate", cwd=tmp_path)  # no actors module there: none is needed
+        again = pipelines(env, "store", "migrate", cwd=tmp_path)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    on_redis = pipelines(environment(fresh_namespace()), "store", "migrate", cwd=tmp_path)
+
+    assert (first.returncode, again.returncode, on_redis.returncode) == (0, 0, 0), first.stderr + again.stderr
+    assert f"Migrated schema {schema}" in first.stdout
+    assert "up to date" in again.stdout
+    assert "nothing to migrate" in on_redis.stdout

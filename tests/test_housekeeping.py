@@ -9,15 +9,17 @@ import uuid
 from pathlib import Path
 
 import pika
+import psycopg
 import pytest
 import redis
 
-from tests.support.backends import AMQP_URL, REDIS_URL
+from tests.support.backends import AMQP_URL, POSTGRES_URL, REDIS_URL, schema_of
 from tests.support.housekeeping import (
     REGISTRY,
     RUN_STARTED_S,
     ListingUnavailable,
     delete_stale_namespaces,
+    delete_stale_schemas,
     delete_test_namespace,
     fresh_namespace,
     is_stale,
@@ -81,6 +83,28 @@ def test_only_the_namespaces_of_earlier_runs_that_ended_are_deleted(services: No
             _delete(namespace)
         # The earlier run's, if it is left, goes with the next run's stale namespaces.
         subprocess.run([*rabbitmqctl(), "-q", "delete_vhost", current], check=False, capture_output=True)
+
+
+def test_only_the_store_schemas_of_earlier_runs_that_ended_are_dropped(services: None) -> None:
+    earlier = schema_of(f"t-{RUN_STARTED_S - 600:08x}-{_gone_pid():x}-{uuid.uuid4().hex[:6]}")
+    current = schema_of(fresh_namespace())
+    other = f"shop_{uuid.uuid4().hex[:6]}"  # not a test namespace's: never touched
+    schemas = [earlier, current, other]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        try:
+            for schema in schemas:
+                conn.execute(f'CREATE SCHEMA "{schema}"')
+
+            dropped = delete_stale_schemas(POSTGRES_URL)
+            left = [
+                row[0] for row in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname = ANY(%s)", [schemas])
+            ]
+
+            assert earlier in dropped
+            assert sorted(left) == sorted([current, other])
+        finally:
+            for schema in schemas:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}"')
 
 
 def test_a_namespace_of_this_run_or_of_a_run_still_going_is_not_stale() -> None:

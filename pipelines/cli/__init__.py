@@ -52,6 +52,13 @@ def _parse_arg(text: str) -> tuple[str, Any]:
         return key, raw
 
 
+def _add_store(commands: Any) -> None:
+    store = commands.add_parser("store", help="the run store's own upkeep", description="The run store's upkeep.")
+    store.add_subparsers(dest="store_command", required=True, metavar="ACTION").add_parser(
+        "migrate", help="create or upgrade a PostgreSQL store's tables (its first use does it too, when it may)"
+    )
+
+
 def _add_runs(commands: Any) -> None:
     runs = commands.add_parser(
         "runs",
@@ -178,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     keda.add_argument("--max", type=int, default=10, help="most replicas (default 10)")
     keda.add_argument("--auth", default="rabbit-pipelines-amqp", help="the TriggerAuthentication with the AMQP URL")
 
+    _add_store(commands)
     for name, text in (
         ("topology", "show actors and their profiles, exchanges, queues, bindings, pipelines"),
         ("queues", "show the depth of every queue, dead-letter queues included"),
@@ -234,7 +242,7 @@ def _command(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     # Imported before the try: a failed import is its own error, not hidden by the except clauses below.
     from pipelines.app import configure
-    from pipelines.cli.commands import COMMANDS, UsageError, print_config
+    from pipelines.cli.commands import COMMANDS, UsageError
     from pipelines.cli.output import Output
     from pipelines.config.masking import mask_text
     from pipelines.config.settings import load_settings
@@ -244,9 +252,8 @@ def _command(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         if args.app:
             settings = settings.model_copy(update={"app": settings.app.model_copy(update={"actors": args.app})})
-        if args.command == "config":
-            print_config(settings.masked())
-            return 0
+        if args.command in ("config", "store"):  # the settings and the store alone: no app to load
+            return _upkeep(args, settings)
         _check_app_is_named(settings, args.config)
         app = configure(settings)
         app.load_modules()
@@ -259,6 +266,18 @@ def _command(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _upkeep(args: argparse.Namespace, settings: Settings) -> int:
+    """``config`` and ``store migrate``: commands that load no app; the exit status."""
+    if args.command == "config":
+        from pipelines.cli.commands import print_config
+
+        print_config(settings.masked())
+        return 0
+    from pipelines.cli.store import migrate
+
+    return migrate(settings)
 
 
 def _check_app_is_named(settings: Settings, config: str | None) -> None:

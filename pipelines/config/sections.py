@@ -14,7 +14,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipelines.config.masking import mask_url
-from pipelines.config.urls import check_amqp_url, check_redis_url, check_url, split_urls
+from pipelines.config.urls import (
+    check_amqp_url,
+    check_schema_name,
+    check_store_url,
+    check_url,
+    is_postgres_url,
+    split_urls,
+)
 from pipelines.wire.naming import is_valid_actor_name
 
 
@@ -134,7 +141,9 @@ class StoreConfig(_Section):
     """The run store: runs, step states, chord barriers, idempotency records."""
 
     url: str = "redis://127.0.0.1:6379/0"
-    """The run store: `redis://`, `rediss://`, `redis+cluster://`, `redis+sentinel://`, or `memory://` (embedded)."""
+    """The run store: `redis://`, `rediss://`, `redis+cluster://`, `redis+sentinel://`, `postgresql://`, `memory://`."""
+    postgres_schema: str = "pipelines"
+    """Where a `postgresql://` store keeps its tables (made at first use, or by `pipelines store migrate`)."""
     retention_s: int = Field(default=7 * 86400, ge=60)
     """How long runs, steps, chord barriers and keys are kept after their last change."""
     max_result_bytes: int = Field(default=1_048_576, gt=0)
@@ -155,7 +164,12 @@ class StoreConfig(_Section):
     @field_validator("url")
     @classmethod
     def _url_scheme(cls, url: str) -> str:
-        return check_redis_url(url)
+        return check_store_url(url)
+
+    @field_validator("postgres_schema")
+    @classmethod
+    def _schema_name(cls, schema: str) -> str:
+        return check_schema_name(schema)
 
     @model_validator(mode="after")
     def _replicas_to_wait_for(self) -> StoreConfig:
@@ -163,11 +177,20 @@ class StoreConfig(_Section):
             raise ValueError(
                 "the embedded store (memory://) has no replicas to wait for: leave store.wait_for_replicas at 0"
             )
+        if self.wait_for_replicas and self.is_postgres:
+            raise ValueError(
+                "a PostgreSQL store waits for its replicas as PostgreSQL is told to (synchronous_standby_names): "
+                "leave store.wait_for_replicas at 0"
+            )
         return self
 
     @property
     def is_memory(self) -> bool:
         return self.url.startswith("memory://")
+
+    @property
+    def is_postgres(self) -> bool:
+        return is_postgres_url(self.url)
 
     @property
     def stalled_after_s(self) -> float:

@@ -3,6 +3,7 @@ error naming what is expected, found when the settings load, not a traceback at 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -66,7 +67,8 @@ def check_redis_url(url: str) -> str:
     if is_sentinel_url(url):
         parse_sentinel_url(url)
         return url
-    if check_url(url, ("redis", "rediss", "memory", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)).startswith("memory://"):
+    schemes = ("redis", "rediss", "memory", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES, *POSTGRES_SCHEMES)
+    if check_url(url, schemes).startswith("memory://"):
         return url
     database = urlsplit(url).path.strip("/")
     if database and not database.isdigit():
@@ -80,6 +82,36 @@ def check_redis_url(url: str) -> str:
     except (ValueError, TypeError) as e:
         raise ValueError(f"expected a Redis URL that redis-py accepts ({mask_text(str(e))})") from None
     return url
+
+
+#: URL schemes of a PostgreSQL run store.
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+#: The schema names a PostgreSQL store accepts: a plain identifier (it is quoted in every statement).
+SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")
+
+
+def is_postgres_url(url: str) -> bool:
+    return urlsplit(url).scheme in POSTGRES_SCHEMES
+
+
+def check_store_url(url: str) -> str:
+    """A run store's URL: PostgreSQL's (``postgresql://user@host:5432/database``), or Redis's as
+    :func:`check_redis_url` reads it."""
+    if not is_postgres_url(url):
+        return check_redis_url(url)
+    check_url(url, POSTGRES_SCHEMES)
+    if not urlsplit(url).path.strip("/"):
+        raise ValueError("expected the database after the host, like postgresql://user@host:5432/app")
+    return url
+
+
+def check_schema_name(schema: str) -> str:
+    """A PostgreSQL schema name the store accepts."""
+    if SCHEMA_NAME.fullmatch(schema) is None:
+        raise ValueError(
+            "expected a schema name of letters, digits and underscores, not starting with a digit, 50 at most"
+        )
+    return schema
 
 
 def split_urls(url: str) -> tuple[str, ...]:

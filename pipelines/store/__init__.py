@@ -1,9 +1,11 @@
-"""Run stores: one implementation, the Lua scripts in ``lua/``, run by Redis or by an in-process Redis.
+"""Run stores: the Lua scripts in ``lua/``, run by Redis or by an in-process Redis, and PostgreSQL.
 
 ``roles`` splits the store into the roles its consumers take, ``base`` holds the records they pass,
 ``redis`` runs one script per decision and ``replies`` decodes each script's reply. ``memory://``
 (the embedded mode: the demo's fallback, unit tests, ``pipelines.testing``) runs the same scripts on
-an in-process server of its own (``embedded``), so the store's meaning is written once.
+an in-process server of its own (``embedded``), so the Redis store's meaning is written once.
+``postgres`` holds that meaning in SQL transactions, for what only a database can give (a run started
+in the caller's own transaction); the contract tests of every role hold the two meanings together.
 
 Why not a Python mirror held to the scripts by a differential test: the mirror (487 lines, a hand-kept
 copy of ``complete.lua``) had drifted already, and every later change to the store (scripts merged
@@ -23,6 +25,7 @@ What running the scripts in process costs, measured 2026-12-01 on this project's
 from __future__ import annotations
 
 from pipelines.config.sections import StoreConfig
+from pipelines.errors import ConfigError
 from pipelines.store.base import (
     Advance,
     Claim,
@@ -87,9 +90,24 @@ __all__ = [
 
 
 def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
-    """The store ``config.url`` names: ``memory://`` (in process) or a Redis URL."""
+    """The store ``config.url`` names: ``memory://`` (in process), a PostgreSQL URL or a Redis URL.
+
+    Raises:
+        ConfigError: A PostgreSQL URL, but psycopg is not installed.
+    """
     if config.is_memory:
         return embedded_store(namespace=namespace, retention_s=config.retention_s)
+    if config.is_postgres:
+        try:  # imported here: psycopg is an extra, and a Redis store's process never loads it
+            from pipelines.store.postgres import PostgresRunStore
+        except ImportError as e:
+            raise ConfigError(
+                f"store.url names PostgreSQL, but {e.name} is not installed. Install the extra: "
+                "pip install 'rabbit-pipelines[postgres]'."
+            ) from None
+        return PostgresRunStore(
+            url=config.url, namespace=namespace, retention_s=config.retention_s, schema=config.postgres_schema
+        )
     return RedisRunStore(
         url=config.url,
         namespace=namespace,

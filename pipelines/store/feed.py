@@ -3,7 +3,6 @@ one run's channel that ``wait_run`` blocks in without polling."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -11,11 +10,7 @@ from typing import Any
 import redis.client
 
 from pipelines.store.base import RunStatus
-
-#: Fastest rate at which ``wait_run`` hands changes to its ``on_change`` callback.
-CHANGE_CALLBACK_INTERVAL_S = 0.2
-#: Longest a waiter sleeps on its subscription before re-reading the run (a dropped subscription).
-LIVENESS_CHECK_S = 30.0
+from pipelines.store.waiting import wait_for_end
 
 
 def wait_on_channel(
@@ -28,28 +23,16 @@ def wait_on_channel(
     on_change: Callable[[RunStatus], None] | None,
 ) -> None:
     """Block until the run published on ``channel`` has ended (or ``timeout_s`` passed), handing its
-    snapshots to ``on_change`` at most every :data:`CHANGE_CALLBACK_INTERVAL_S`; closes ``pubsub``."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    snapshots to ``on_change`` (see :func:`~pipelines.store.waiting.wait_for_end`); closes ``pubsub``."""
     try:
-        # Subscribe before reading, so a change between the two is not missed.
-        pubsub.subscribe(channel)
-        last_callback = 0.0
-        while True:
-            if on_change is None:
-                if ended():
-                    return
-            else:
-                snapshot = read()
-                if snapshot is None or snapshot.is_final:
-                    return
-                if time.monotonic() - last_callback >= CHANGE_CALLBACK_INTERVAL_S:
-                    on_change(snapshot)
-                    last_callback = time.monotonic()
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            # A bound on the wait only guards against a silently dropped subscription.
-            pubsub.get_message(timeout=min(remaining, LIVENESS_CHECK_S) if remaining else LIVENESS_CHECK_S)
+        pubsub.subscribe(channel)  # before reading, so a change between the two is not missed
+        wait_for_end(
+            lambda timeout: pubsub.get_message(timeout=timeout),
+            ended=ended,
+            read=read,
+            timeout_s=timeout_s,
+            on_change=on_change,
+        )
     finally:
         pubsub.close()
 

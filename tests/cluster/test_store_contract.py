@@ -76,5 +76,11 @@ def store(redis_cluster: LocalRedisCluster, store_namespace: str) -> Iterator[Re
 
 
 @pytest.fixture
+def script_store(store: RedisRunStore) -> RedisRunStore:
+    """The cluster's store runs the Redis store's scripts: the tests of what only they do run on it too."""
+    return store
+
+
+@pytest.fixture
 def new_chord(store_namespace: str) -> Callable[..., NewRun]:
     return chord_maker(store_namespace)

@@ -9,9 +9,9 @@ import pytest
 
 from pipelines.config.sections import StoreConfig
 from pipelines.handling.holds import Holds
-from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
+from pipelines.store import NewRun, RunStore, make_store
 from tests.support.backends import STORE_KINDS
-from tests.support.housekeeping import fresh_namespace
+from tests.support.housekeeping import delete_store, fresh_namespace
 
 LEASE_S = 2.0
 #: The lease of the first claims, lapsed long before two renewals have passed.
@@ -22,10 +22,10 @@ SHORT_MS = 300
 def store(request: pytest.FixtureRequest) -> Iterator[RunStore]:
     if STORE_KINDS[request.param].needs_services:
         request.getfixturevalue("services")
-    made = make_store(StoreConfig(url=STORE_KINDS[request.param].url), namespace=fresh_namespace())
+    namespace = fresh_namespace()
+    made = make_store(StoreConfig(**STORE_KINDS[request.param].settings(namespace)), namespace=namespace)
     yield made
-    if isinstance(made, RedisRunStore):
-        made.delete_namespace()
+    delete_store(made)
     made.close()
 
 

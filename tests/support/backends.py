@@ -7,7 +7,7 @@ the partner it is paired with, whether it needs the test services), and then:
 - the broker tests marked :data:`on_each_broker` run on every broker kind, with its partner store;
 - every behaviour test (one that takes ``make_app``, hence ``backend``) runs on each pair in
   :data:`PAIRED`: each kind of either axis with the partner it names. Today that is the embedded
-  broker with the embedded store and RabbitMQ with Redis;
+  broker with the embedded store and RabbitMQ with Redis (PostgreSQL names no partner yet);
 - the behaviour tests marked :data:`on_every_backend` (the runtime of composed pipelines,
   ``tests/pipelines/test_runs.py``) run on every pair of the product, :data:`EVERY_BACKEND`.
 
@@ -28,7 +28,8 @@ from pipelines.store import EMBEDDED_URL
 
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-#: Where the fail-closed tests count effects (a table of their own each, dropped afterwards).
+#: The PostgreSQL store's database, where the fail-closed tests also count effects (a table of their own each,
+#: dropped afterwards); each test namespace's store has a schema of its own there, dropped afterwards.
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 POSTGRES_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
 #: Half the default delay tiers: each namespace declares fewer quorum queues (longer waits hop through
@@ -57,7 +58,22 @@ class StoreKind:
     partner: str | None
     """The broker kind it runs every behaviour test with; None: only the contract and the tests on every backend."""
     needs_services: bool
-    """It talks to the test services (Redis): a test on it fails when they do not answer."""
+    """It talks to the test services (Redis, PostgreSQL): a test on it fails when they do not answer."""
+    runs_scripts: bool = True
+    """It runs the Redis store's Lua scripts (the tests of what only they do run on it too)."""
+    schema_per_namespace: bool = False
+    """Its tables go in a schema of each test namespace's own (:func:`schema_of`), dropped with it."""
+
+    def settings(self, namespace: str) -> dict[str, Any]:
+        """The ``[store]`` section that selects it for a test namespace."""
+        if self.schema_per_namespace:
+            return {"url": self.url, "postgres_schema": schema_of(namespace)}
+        return {"url": self.url}
+
+
+def schema_of(namespace: str) -> str:
+    """The PostgreSQL schema of a test namespace (``t-...`` becomes ``t_...``: a plain identifier)."""
+    return namespace.replace("-", "_")
 
 
 #: Broker kinds by name (the first half of a test id).
@@ -71,6 +87,9 @@ BROKER_KINDS: dict[str, BrokerKind] = {
 STORE_KINDS: dict[str, StoreKind] = {
     "memory": StoreKind(url=EMBEDDED_URL, partner="memory", needs_services=False),
     "redis": StoreKind(url=REDIS_URL, partner="rabbitmq", needs_services=True),
+    "postgres": StoreKind(
+        url=POSTGRES_URL, partner=None, needs_services=True, runs_scripts=False, schema_per_namespace=True
+    ),
 }
 #: A Redis Cluster to run the store on too (tests/cluster runs the contract on a cluster of its own).
 if os.environ.get("PIPELINES_TEST_REDIS_CLUSTER_URL"):
@@ -94,9 +113,12 @@ class Backend:
     def needs_services(self) -> bool:
         return BROKER_KINDS[self.broker].needs_services or STORE_KINDS[self.store].needs_services
 
-    def sections(self) -> dict[str, dict[str, Any]]:
-        """The ``[broker]`` and ``[store]`` settings that select this pair."""
-        return {"broker": dict(BROKER_KINDS[self.broker].settings), "store": {"url": STORE_KINDS[self.store].url}}
+    def sections(self, namespace: str) -> dict[str, dict[str, Any]]:
+        """The ``[broker]`` and ``[store]`` settings that select this pair for a test namespace."""
+        return {
+            "broker": dict(BROKER_KINDS[self.broker].settings),
+            "store": STORE_KINDS[self.store].settings(namespace),
+        }
 
 
 def paired(broker: str) -> Backend:

@@ -29,9 +29,11 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pika
+import psycopg
 import redis
 
 from pipelines.store import RedisRunStore
+from pipelines.store.postgres import PostgresRunStore
 
 #: When this run started (epoch seconds): the namespaces it makes say so.
 RUN_STARTED_S = int(time.time())
@@ -160,6 +162,24 @@ def _delete(amqp_url: str, redis_url: str, namespaces: list[str], queues: list[s
                 channel.exchange_delete(exchange)
     for namespace in namespaces:
         RedisRunStore(url=redis_url, namespace=namespace, retention_s=60).delete_namespace()
+
+
+def delete_store(store: object) -> None:
+    """Delete what a test's run store holds: a Redis store's namespace keys, a PostgreSQL store's schema."""
+    if isinstance(store, RedisRunStore):
+        store.delete_namespace()
+    elif isinstance(store, PostgresRunStore):
+        store.drop_schema()
+
+
+def delete_stale_schemas(postgres_url: str) -> list[str]:
+    """Drop the PostgreSQL schemas of stale test namespaces (``t_...``, see ``backends.schema_of``)."""
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
+        names = [row[0] for row in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 't\\_%'")]
+        stale = [name for name in names if is_stale(name.replace("_", "-"))]
+        for name in stale:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    return stale
 
 
 def delete_test_namespace(amqp_url: str, redis_url: str, namespace: str) -> None:

@@ -5,16 +5,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from pipelines.store import NewRun, RedisRunStore, RunStore
+from pipelines.store import NewRun, RunStore
+from tests.support.store_time import pass_deadline
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000
-
-
-def pass_deadline(store: RunStore, run_id: str) -> None:
-    """Move the run's deadline into the past (a deadline is a point in time: no waiting for the clock)."""
-    assert isinstance(store, RedisRunStore)  # the embedded store is the same scripts on fakeredis
-    store._redis.hset(store._key(run_id), "deadline_at", 1)
 
 
 def test_a_run_before_its_deadline_is_left_running(store: RunStore, new_chord: NewChord) -> None:

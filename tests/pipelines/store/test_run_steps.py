@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import pytest
 
@@ -13,6 +14,7 @@ from pipelines.store import NewRun, RedisRunStore, RunSteps, RunStore
 from pipelines.wire.steps import Frame
 
 NewChord = Callable[..., NewRun]
+T = TypeVar("T")
 LEASE_MS = 60_000
 CALLBACK = [Frame("c", "0", 1, 2)]
 
@@ -224,8 +226,8 @@ def test_unknown_runs_and_steps_are_reported_missing(store: RunSteps, new_chord:
     assert store.fail_step("no-such-run", "0.0.0", "ValueError", final=True) is None
 
 
-def test_every_key_of_a_run_expires_after_the_retention(store: RunStore, new_chord: NewChord) -> None:
-    assert isinstance(store, RedisRunStore)  # every backend runs the Redis scripts
+def test_every_key_of_a_run_expires_after_the_retention(script_store: RedisRunStore, new_chord: NewChord) -> None:
+    store = script_store
     run = new_chord(2, key="ttl")
     store.create_run(run)
     for index in range(2):
@@ -240,3 +242,44 @@ def test_every_key_of_a_run_expires_after_the_retention(store: RunStore, new_cho
 
     assert len(keys) >= 7  # run, steps, starts, entries, results, barrier and its meta, recent runs, key
     assert all(0 < ttl <= 3600 * 1000 for ttl in ttls.values()), ttls
+
+
+def race(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """The results of ``calls``, each made in a thread of its own, all let go at the same moment."""
+    start = threading.Barrier(len(calls))
+    results: dict[int, T] = {}
+
+    def call(index: int) -> None:
+        start.wait()
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=call, args=(index,)) for index in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [results[index] for index in range(len(calls))]
+
+
+def test_copies_of_a_step_claimed_at_once_run_it_once_and_the_others_wait(store: RunStore, new_chord: NewChord) -> None:
+    runs = [new_chord(1) for _ in range(5)]  # several rounds: a store's connections may be few at first
+    store.create_runs(runs)
+
+    for run in runs:
+        claims = race([partial(store.claim_step, run.run_id, "0.0.0", attempt=1, lease_ms=LEASE_MS)] * 8)
+
+        assert sorted((claim.kind, claim.attempt) for claim in claims) == [("busy", 0)] * 7 + [("run", 1)]
+
+
+def test_members_completed_at_once_release_their_callback_once(store: RunStore, new_chord: NewChord) -> None:
+    runs = [new_chord(8) for _ in range(5)]
+    store.create_runs(runs)
+
+    for run in runs:
+        for index in range(8):
+            store.claim_step(run.run_id, f"0.0.{index}", attempt=1, lease_ms=LEASE_MS)
+        advances = race([partial(store.complete_step, run.run_id, f"0.0.{i}", member(i, 8), str(i)) for i in range(8)])
+
+        assert sorted(advance.kind for advance in advances) == ["start"] + ["waiting"] * 7
+        released = next(advance for advance in advances if advance.kind == "start")
+        assert released.value_json == "[0,1,2,3,4,5,6,7]"

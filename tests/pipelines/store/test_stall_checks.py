@@ -12,9 +12,9 @@ import uuid
 
 import orjson
 
-from pipelines.store import NewRun, RedisRunStore, RunStore, StallCheck, StalledGroup
-from pipelines.wire.naming import running_runs_key, stall_sweep_key
+from pipelines.store import NewRun, RunStore, StallCheck, StalledGroup
 from pipelines.wire.steps import Frame
+from tests.support.store_time import held_as_going, stop_sweeping_since_the_epoch, untouch
 
 STALLED_AFTER_MS = 60_000
 LEASE_MS = 60_000
@@ -42,27 +42,19 @@ def new_chain(*, first_input: str | None = "[[7],{}]") -> NewRun:
     )
 
 
-def untouch(store: RunStore, namespace: str, run_id: str) -> None:
-    """Make the run look untouched for ages, and the sweep as if it had looked without a gap since."""
-    assert isinstance(store, RedisRunStore)  # the embedded store is the same scripts on fakeredis
-    store._redis.hset(store._key(run_id), "touched", 1)
-    store._redis.zadd(running_runs_key(namespace), {run_id: 1})
-    store._redis.hset(stall_sweep_key(namespace), mapping={"resumed": 1, "seen": int(time.time() * 1000)})
-
-
 def sweep(store: RunStore, *, redrives: int = 3) -> dict[str, StallCheck]:
     checks = store.sweep_stalled(stalled_after_ms=STALLED_AFTER_MS, redrives=redrives, gap_ms=600_000, limit=100)
     return {check.run_id: check for check in checks}
 
 
 def test_a_run_touched_lately_is_not_looked_at_and_an_untouched_one_is_re_driven_where_its_steps_start(
-    store: RunStore, store_namespace: str
+    store: RunStore,
 ) -> None:
     run = new_chain()
     store.create_run(run)
 
     assert sweep(store) == {}  # created just now
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
     check = sweep(store)[run.run_id]
 
     assert (check.kind, check.redrive, check.pipeline, check.correlation_id) == ("redrive", 1, "booking", "corr-1")
@@ -70,13 +62,11 @@ def test_a_run_touched_lately_is_not_looked_at_and_an_untouched_one_is_re_driven
     assert sweep(store) == {}  # the re-drive counts as a touch
 
 
-def test_a_step_holding_a_live_lease_keeps_its_run_alive_until_the_lease_lapses(
-    store: RunStore, store_namespace: str
-) -> None:
+def test_a_step_holding_a_live_lease_keeps_its_run_alive_until_the_lease_lapses(store: RunStore) -> None:
     run = new_chain()
     store.create_run(run)
     store.claim_step(run.run_id, "0.0", attempt=1, lease_ms=LEASE_MS)
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
 
     check = sweep(store)[run.run_id]
 
@@ -85,12 +75,12 @@ def test_a_step_holding_a_live_lease_keeps_its_run_alive_until_the_lease_lapses(
     assert sweep(store) == {}
 
 
-def test_a_continuation_handed_out_is_re_driven_with_what_it_received(store: RunStore, store_namespace: str) -> None:
+def test_a_continuation_handed_out_is_re_driven_with_what_it_received(store: RunStore) -> None:
     run = new_chain()
     store.create_run(run)
     store.claim_step(run.run_id, "0.0", attempt=1, lease_ms=1)
     assert store.complete_step(run.run_id, "0.0", FIRST_UP, "5").kind == "start"  # a chain of two, as its frames say
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
 
     check = sweep(store)[run.run_id]
 
@@ -98,16 +88,16 @@ def test_a_continuation_handed_out_is_re_driven_with_what_it_received(store: Run
 
 
 def test_re_drives_without_progress_wait_longer_each_time_and_then_fail_the_run_with_the_reason(
-    store: RunStore, store_namespace: str
+    store: RunStore,
 ) -> None:
     run = new_chain()
     store.create_run(run)
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
 
     first = sweep(store, redrives=2)[run.run_id]
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
     second = sweep(store, redrives=2)[run.run_id]
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
     last = sweep(store, redrives=2)[run.run_id]
 
     assert (first.kind, first.redrive, second.kind, second.redrive) == ("redrive", 1, "redrive", 2)
@@ -118,28 +108,27 @@ def test_re_drives_without_progress_wait_longer_each_time_and_then_fail_the_run_
     status = store.get_run(run.run_id)
     assert status is not None
     assert (status.state, status.failed_step, status.error) == ("failed", "0.0", last.error)
-    assert isinstance(store, RedisRunStore)
-    assert store._redis.zscore(running_runs_key(store_namespace), run.run_id) is None  # out of the index
+    assert not held_as_going(store, run.run_id)  # out of the index
 
 
-def test_a_step_that_finishes_starts_the_count_of_re_drives_again(store: RunStore, store_namespace: str) -> None:
+def test_a_step_that_finishes_starts_the_count_of_re_drives_again(store: RunStore) -> None:
     run = new_chain()
     store.create_run(run)
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
     assert sweep(store, redrives=1)[run.run_id].redrive == 1
     store.claim_step(run.run_id, "0.0", attempt=1, lease_ms=1)
     store.complete_step(run.run_id, "0.0", FIRST_UP, "5")
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
 
     check = sweep(store, redrives=1)[run.run_id]
 
     assert (check.kind, check.redrive) == ("redrive", 1)
 
 
-def test_a_run_with_nothing_to_publish_again_is_failed_at_once(store: RunStore, store_namespace: str) -> None:
+def test_a_run_with_nothing_to_publish_again_is_failed_at_once(store: RunStore) -> None:
     run = new_chain(first_input=None)  # kept by no store before the sweep: its first steps cannot be rebuilt
     store.create_run(run)
-    untouch(store, store_namespace, run.run_id)
+    untouch(store, run.run_id)
 
     check = sweep(store)[run.run_id]
 
@@ -147,30 +136,26 @@ def test_a_run_with_nothing_to_publish_again_is_failed_at_once(store: RunStore, 
     assert str(check.error).endswith(", and none of its steps can be published again")
 
 
-def test_a_run_that_ended_leaves_the_index_and_keep_alives_touch_only_runs_still_going(
-    store: RunStore, store_namespace: str
-) -> None:
+def test_a_run_that_ended_leaves_the_index_and_keep_alives_touch_only_runs_still_going(store: RunStore) -> None:
     ended, going = new_chain(), new_chain()
     store.create_runs([ended, going])
     store.cancel_run(ended.run_id)
-    untouch(store, store_namespace, ended.run_id)
-    untouch(store, store_namespace, going.run_id)
+    untouch(store, ended.run_id)
+    untouch(store, going.run_id)
 
     assert store.keep_alive([ended.run_id, going.run_id, uuid.uuid4().hex]) == 1
     checks = sweep(store)
 
     assert {run_id: check.kind for run_id, check in checks.items()} == {ended.run_id: "gone", going.run_id: "alive"}
-    assert isinstance(store, RedisRunStore)
-    assert store._redis.zscore(running_runs_key(store_namespace), ended.run_id) is None
+    assert not held_as_going(store, ended.run_id)
     assert sweep(store) == {}  # the one going moved to its last touch
 
 
-def test_a_gap_in_sweeping_starts_the_stall_clock_again(store: RunStore, store_namespace: str) -> None:
+def test_a_gap_in_sweeping_starts_the_stall_clock_again(store: RunStore) -> None:
     run = new_chain()
     store.create_run(run)
-    untouch(store, store_namespace, run.run_id)
-    assert isinstance(store, RedisRunStore)
-    store._redis.hset(stall_sweep_key(store_namespace), "seen", 1)  # but no sweep since the epoch
+    untouch(store, run.run_id)
+    stop_sweeping_since_the_epoch(store)
 
     check = sweep(store)[run.run_id]
 

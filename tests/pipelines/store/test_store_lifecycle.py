@@ -17,10 +17,14 @@ from tests.pipelines.store.conftest import RETENTION_S, NewChord
 from tests.support.backends import REDIS_URL
 
 
-def test_a_store_answers_a_ping_and_closes_more_than_once(store: StoreLifecycle) -> None:
+def test_a_store_answers_a_ping_and_closes_more_than_once_and_a_later_call_connects_again(
+    store: StoreLifecycle,
+) -> None:
     store.ping()
 
     store.close()
+    store.close()
+    store.ping()
     store.close()
 
 

@@ -1,0 +1,68 @@
+"""Run store on PostgreSQL: every role of :class:`~pipelines.store.roles.RunStore`, with the meaning of the
+Redis store's Lua scripts, each decision one transaction that locks the run's row (``SELECT ... FOR
+UPDATE``) as a script holds Redis.
+
+``store.url = "postgresql://..."`` selects it (psycopg 3 and its pool: ``pip install
+'rabbit-pipelines[postgres]'``); its tables live in the schema ``store.postgres_schema`` names, created and
+upgraded by numbered migrations (:mod:`~pipelines.store.postgres.schema`) at the store's first call or by
+``pipelines store migrate``. Waiting on a run listens for its notifications (``LISTEN``/``NOTIFY``)
+instead of polling.
+
+================ ====================================================================================
+module           what it holds
+================ ====================================================================================
+``schema``       the tables and their migrations
+``connection``   the pool, the first call's migration, PostgreSQL's failures as ``StoreUnavailable``
+``steps``        runs created; steps claimed, failed, reopened, renewed; deadlines; progress
+``completion``   a step's completion and what follows it
+``views``        runs read, awaited, found; plans and results
+``feed``         notifications of run changes
+``records``      idempotency keys, once marks, job leases, schedule ticks, rate slots, heartbeats
+``stalls``       keep-alives, the stall sweep and the lapse sweep
+================ ====================================================================================
+"""
+
+from __future__ import annotations
+
+from pipelines.store.postgres.completion import StepCompletion
+from pipelines.store.postgres.connection import Connections
+from pipelines.store.postgres.records import Records
+from pipelines.store.postgres.stalls import RunStalls
+from pipelines.store.postgres.steps import RunSteps
+from pipelines.store.postgres.views import RunViews
+
+#: The schema the store's tables live in unless ``store.postgres_schema`` names another.
+DEFAULT_SCHEMA = "pipelines"
+
+
+class PostgresRunStore(RunSteps, StepCompletion, RunViews, Records, RunStalls):
+    """Every role of :class:`~pipelines.store.roles.RunStore`, on PostgreSQL.
+
+    Nothing connects until the first call, which creates or upgrades the store's tables in ``schema``
+    when they lag behind this release (:meth:`migrate` does it on its own).
+    """
+
+    def __init__(self, *, url: str, namespace: str, retention_s: int, schema: str = DEFAULT_SCHEMA) -> None:
+        super().__init__(
+            connections=Connections(url=url, schema=schema), namespace=namespace, retention_ms=retention_s * 1000
+        )
+
+    @property
+    def schema(self) -> str:
+        return self._c.schema
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the store's tables; the versions of the migrations applied (none: up to date)."""
+        return self._c.migrate()
+
+    def ping(self) -> None:
+        with self._c.connection() as conn:
+            conn.execute("SELECT 1")
+
+    def close(self) -> None:
+        self._c.close()
+
+    def drop_schema(self) -> None:
+        """Drop the store's schema and everything in it, every namespace's runs with it (tests, maintenance)."""
+        with self._c.answering(), Connections.direct(self._c.url) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self._c.s} CASCADE")
