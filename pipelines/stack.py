@@ -62,7 +62,8 @@ def build_middleware(
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
     - ``Heartbeat`` comes with the observers, before anything may skip a message: it sees each message
-      start and end, so it counts those processed and failed, and knows what runs now.
+      start and end, so it counts those processed and failed (and times them), and knows what runs now;
+      its ``after_nack`` counts those dead-lettered after every other hook decided.
     - ``MaxAge`` (Dramatiq's ``AgeLimit`` with a reason) comes before anything claims or decides about
       a message: one past its age is only dead-lettered (and a step's run failed, by ``PipelineSteps``).
     - ``Timeout`` comes before ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``), which enforces the limit

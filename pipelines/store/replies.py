@@ -170,6 +170,11 @@ def rerun_link(reply: Any) -> bool:
     return bool(reply)
 
 
+def counts_add(reply: Any) -> int:
+    """``counts_add.lua``: how many of the minute's fields it changed."""
+    return int(reply)
+
+
 def key_release(reply: Any) -> bool:
     """``key_release.lua``: whether this holder still held the key (and let it go)."""
     return bool(reply)

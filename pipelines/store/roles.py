@@ -15,6 +15,8 @@ JobLeases      leases of long-running jobs                      the ``Leases`` m
 StallChecks    running runs kept alive, stalled ones found      the ``StalledRuns`` middleware
 ScheduleTicks  claims and sweeps of scheduled jobs' ticks       the ``Schedules`` middleware
 RateSlots      slots of rate limits                             ``RateLimiter``
+WorkerBeats    worker processes' heartbeats                     ``Heartbeat``, the console, the CLI
+MessageCounts  messages per actor and minute, kept an hour      ``Heartbeat``, the console, the CLI
 StoreLifecycle a health check and the connection's end          the app
 ============== ================================================ =====================================
 
@@ -47,6 +49,7 @@ from pipelines.store.base import (
     StallCheck,
     WorkerBeat,
 )
+from pipelines.store.counts import ActorCounts, MinuteCounts
 from pipelines.wire.steps import Frame
 
 
@@ -345,6 +348,18 @@ class WorkerBeats(Protocol):
         """Each worker's latest heartbeat still kept, latest first (see :meth:`WorkerBeat.alive`)."""
 
 
+class MessageCounts(Protocol):
+    """Messages each actor processed, failed and dead-lettered, minute by minute (see ``store.counts``)."""
+
+    def add_counts(self, minutes: Mapping[int, Mapping[str, ActorCounts]], *, keep_ms: int) -> None:
+        """Add one process's counts, by minute (epoch ms of its start) and actor, to every other's; each
+        minute written is kept ``keep_ms`` from now."""
+
+    def message_counts(self, from_ms: int, to_ms: int) -> list[MinuteCounts]:
+        """Every minute from the one ``from_ms`` falls in to the one ``to_ms`` falls in, oldest first, a day
+        at most (the last), with each actor's counts (none for a minute not kept)."""
+
+
 class StoreLifecycle(Protocol):
     """The store's connection: checked, and released at the end."""
 
@@ -370,6 +385,7 @@ class RunStore(
     ScheduleTicks,
     RateSlots,
     WorkerBeats,
+    MessageCounts,
     StoreLifecycle,
     Protocol,
 ):

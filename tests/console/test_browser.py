@@ -306,6 +306,34 @@ def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> N
     shoot("queues")
 
 
+def test_plain_messages_are_counted_on_the_queues_page_which_leads_to_their_dead_letters(
+    console: Console, page: Any, shoot: Shoot
+) -> None:
+    notify = console.actors.notify
+    sent = [notify.send("hello"), notify.send("hi"), notify.send("fail: a plain message")]  # in no run
+
+    page.goto(f"{console.url}/queues")
+    row = page.locator("table.queues tr[data-queue]", has=page.get_by_role("cell", name="notify", exact=True))
+    expect(row.locator("[data-count=processed]")).to_have_text("3")
+    expect(row.locator("[data-count=failed]")).to_have_text("1")
+    expect(row.locator("[data-count=dead-lettered]")).to_have_text("1")
+    expect(row.locator("[data-count=mean]")).to_have_text(re.compile(r"\d+ ms|\d+\.\d s"))
+    throughput = page.locator("figure[data-chart=throughput]")
+    expect(throughput.locator("path[data-series=processed]")).to_have_attribute("d", re.compile(r"^M[\d.]+,[\d.]+"))
+    assert float(throughput.locator(".key").get_attribute("data-total") or 0) >= 3
+    failures = page.locator("figure[data-chart=failures] .key[data-series=dead-lettered]")
+    assert float(failures.get_attribute("data-total") or 0) >= 1
+    expect(page.locator("figure[data-chart=latency] path[data-series=slowest]")).to_have_attribute("d", re.compile("M"))
+    shoot("queues-last-hour")
+
+    row.locator("a.lettered").click()
+    expect(page).to_have_url(re.compile(r"/dead-letters\?queue=notify$"))
+    letter = page.locator(f"tr[data-letter='{sent[2].message_id}']")
+    expect(letter).to_contain_text("ValueError: fail: a plain message")
+    expect(letter.locator("td").nth(3)).to_have_text("\u2013")  # no run: a plain message
+    shoot("plain-dead-letter")
+
+
 def test_a_chord_under_way_as_the_readme_pictures_it(console: Console, page: Any) -> None:
     a = console.actors
     # A step, a fan-out, then a chord of 16 members (three of them slow) and its callback.
