@@ -49,6 +49,7 @@ from pipelines.store.roles import (
     RunViews,
     ScheduleTicks,
     StallChecks,
+    StepLogs,
     StepProgress,
     StepReplays,
     StoreLifecycle,
@@ -77,6 +78,7 @@ __all__ = [
     "StallCheck",
     "StallChecks",
     "StalledGroup",
+    "StepLogs",
     "StepProgress",
     "StepReplays",
     "StepStatus",
@@ -89,11 +91,13 @@ __all__ = [
 def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
     """The store ``config.url`` names: ``memory://`` (in process) or a Redis URL."""
     if config.is_memory:
-        return embedded_store(namespace=namespace, retention_s=config.retention_s)
+        return embedded_store(namespace=namespace, retention_s=config.retention_s, step_logs=config.step_logs)
     return RedisRunStore(
         url=config.url,
         namespace=namespace,
         retention_s=config.retention_s,
         wait_for_replicas=config.wait_for_replicas,
         replica_wait_ms=config.replica_wait_ms,
+        step_log_records=config.step_log_records,
+        step_log_bytes=config.step_log_bytes,
     )
