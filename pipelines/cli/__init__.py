@@ -120,11 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="show a run: its pipeline's shape with each step's state, and its trace id",
-        description="Show a run as a tree (chain, fan-out, group, chord; big groups folded) and its outcome.",
+        help="show a run: its pipeline's shape with each step's state and history, and its trace id",
+        description="Show a run as a tree (chain, fan-out, group, chord; big groups folded; a step's attempts and "
+        "replays under it) and its outcome; with --logs, what each step logged.",
     )
     status.add_argument("run_id")
     status.add_argument("--json", action="store_true", help="print the status as JSON (the result as a value)")
+    status.add_argument("--logs", action="store_true", help="also print what each step logged, attempt by attempt")
 
     _add_runs(commands)
 

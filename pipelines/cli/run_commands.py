@@ -11,6 +11,7 @@ from rich.text import Text
 
 from pipelines.cli.output import Output, seconds, state_text, when
 from pipelines.cli.status import outcome_line, status_json, status_tree
+from pipelines.cli.step_history import logs_json, logs_text
 
 if TYPE_CHECKING:
     from pipelines.app import App
@@ -82,10 +83,15 @@ def status(app: App, args: argparse.Namespace, out: Output) -> int:
     from pipelines.runs import full_run_id
 
     found = app.get_run(full_run_id(app.store, args.run_id)).status()
+    logs = app.store.step_logs(found.run_id, [step.node for step in found.steps]) if args.logs else None
     if args.json:
-        out.json(status_json(found, app.store.run_continuations(found.run_id)))
-    else:
-        _print_status(app, out, found)
+        shown = status_json(found, app.store.run_continuations(found.run_id))
+        out.json(shown if logs is None else {**shown, "logs": logs_json(logs)})
+        return 0
+    _print_status(app, out, found)
+    if logs is not None:
+        out.line()
+        out.render(logs_text(found, logs))
     return 0
 
 
