@@ -72,7 +72,8 @@ def test_a_step_keeps_what_its_own_thread_logged_masked_with_each_attempt_in_its
     assert first.records[0].text == "charging 5 through amqp://shop:***@bank.example/"
     assert (first.records[0].level, first.records[0].logger) == ("INFO", "tests.shop")
     failure = next(r for r in first.records if r.level == "ERROR")
-    assert "Traceback" in failure.text and "RuntimeError: the bank timed out" in failure.text
+    assert "Traceback" in failure.text
+    assert "RuntimeError: the bank timed out" in failure.text
     assert [r.text for r in second.records] == ["charging 5 through amqp://shop:***@bank.example/"]
     assert not any("helper thread" in r.text for attempt in (first, second) for r in attempt.records)
 
