@@ -11,6 +11,7 @@ from typing import Any
 
 from pipelines.console.shape import ShapeNode
 from pipelines.store.base import WorkerBeat
+from pipelines.store.step_history import AttemptLog, HistoryEntry
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class StepView:
     error: str | None
     worker: str | None
     """Who ran it, once the store records it (None until then)."""
+    history: tuple[HistoryEntry, ...] = ()
+    """Its attempts and replays, oldest first (errors and reasons masked)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,8 @@ class StepDetail:
     shown), or None when the store keeps none (first steps)."""
     result_json: str | None
     dead_letters: tuple[LetterView, ...]
+    logs: tuple[AttemptLog, ...] = ()
+    """What its attempts logged, oldest attempt first (the newest records the store keeps, masked)."""
 
 
 @dataclass(frozen=True)
