@@ -28,7 +28,8 @@ _buffer: contextvars.ContextVar[AttemptLogBuffer | None] = contextvars.ContextVa
 
 
 class AttemptLogBuffer:
-    """The newest records of one attempt, within ``max_records`` and ``max_bytes``."""
+    """The newest records of one attempt, within ``max_records`` and ``max_bytes`` (the newest record is
+    always kept: one record's text is cut at :data:`RECORD_CHARS`)."""
 
     def __init__(self, *, attempt: int, max_records: int, max_bytes: int) -> None:
         self.attempt = attempt
@@ -42,7 +43,7 @@ class AttemptLogBuffer:
         size = record.size()
         self._records.append((record, size))
         self._bytes += size
-        while len(self._records) > self.max_records or self._bytes > self.max_bytes:
+        while len(self._records) > 1 and (len(self._records) > self.max_records or self._bytes > self.max_bytes):
             _, dropped_size = self._records.popleft()
             self._bytes -= dropped_size
             self.dropped += 1

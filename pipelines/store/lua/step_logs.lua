@@ -12,7 +12,8 @@ local claim = tonumber(ARGV[2] or '')
 if claim and (cjson.decode(raw).n or 0) ~= claim then return 0 end
 local logs = run .. ':logs'
 local old = redis.call('HGET', logs, ARGV[1])
-local blocks = old and cjson.decode(old) or {}
+local readable, blocks = pcall(cjson.decode, old or '[]')
+if not readable then blocks = {} end  -- what cannot be read is replaced: logs never stop a step's record
 table.insert(blocks, cjson.decode(ARGV[3]))
 local records, bytes, first = 0, 0, #blocks
 for i = #blocks, 1, -1 do
