@@ -1,4 +1,5 @@
-"""Which run-store scripts a chain step runs, and the Redis commands each runs inside.
+"""Which run-store scripts a chain step runs and the Redis commands each runs inside; which middleware
+hooks its worker CPU goes to (:func:`chain_hooks`).
 
 ``INFO commandstats`` counts every ``EVALSHA`` as one command and the scripts' inner commands with
 everybody else's; it cannot tell which script ran what. Redis's ``MONITOR`` shows each script call
@@ -9,6 +10,7 @@ slows Redis down, so the census is a short run of its own, apart from the measur
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -18,6 +20,7 @@ from typing import Any
 
 import redis
 
+from bench import hook_costs
 from bench.cases import Running, key
 from bench.common import NAMESPACE, REDIS_URL, wait_for_count
 from bench.systems import Ours
@@ -93,16 +96,43 @@ class Census:
                 current = name
 
 
+#: Hooks a worker process runs once (or once per actor), not per message: left out of the step's costs.
+ONCE_PER_PROCESS = ("_boot", "_shutdown", "_declare_actor")
+
+
+def run_chains(system: Ours, n: int) -> None:
+    """Start ``n`` three-step chains and wait until their last steps ran."""
+    counter = key()
+    m = system.module
+    system.app.start_many([chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter))] * n)
+    wait_for_count(counter, n)
+
+
 def chain_scripts(system: Ours, log: Path, n: int) -> dict[str, float]:
     """Per chain step of ``n`` three-step chains: calls of each script (``<script>_calls``) and the
     commands each runs inside (``<script>_<command>``)."""
-    counter = key()
-    m = system.module
     with Running(system, log), Census() as census:
-        system.app.start_many([chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter))] * n)
-        wait_for_count(counter, n)
+        run_chains(system, n)
         census.settle()
     steps = 3 * n
     figures = {f"{name}_calls": count / steps for name, count in sorted(census.calls.items())}
     figures |= {f"{name}_{command}": count / steps for (name, command), count in sorted(census.inner.items())}
+    return figures
+
+
+def chain_hooks(system: Ours, log: Path, n: int) -> dict[str, float]:
+    """Per chain step of ``n`` three-step chains: the worker's CPU in each middleware hook, in microseconds
+    (``hook_costs``), and in all of them (``hooks_total``)."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-hooks-"))
+    system.env[hook_costs.DIRECTORY_ENV] = str(directory)
+    try:
+        with Running(system, log):
+            run_chains(system, n)
+    finally:
+        del system.env[hook_costs.DIRECTORY_ENV]
+    steps = 3 * n
+    spent = hook_costs.read(directory)
+    per_message = {label: ns for label, ns in spent.items() if not label.endswith(ONCE_PER_PROCESS)}
+    figures = {label: ns / 1000 / steps for label, ns in per_message.items()}
+    figures["hooks_total"] = sum(per_message.values()) / 1000 / steps
     return figures

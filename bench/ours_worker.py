@@ -1,7 +1,8 @@
 """rabbit-pipelines side of the benchmark: the app from ``PIPELINES_*`` and the benchmark's actors.
 
 Started as ``dramatiq bench.ours_worker:broker``; the benchmark process imports it too, to start runs.
-With ``BENCH_COUNTERS_DIR`` set, each worker process writes its publish counts there when it stops.
+With ``BENCH_COUNTERS_DIR`` set, each worker process writes its publish counts there when it stops; with
+``BENCH_HOOK_COSTS_DIR`` set, its middleware hooks are timed (``bench.hook_costs``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import dramatiq
 import redis
 
+from bench import hook_costs
 from pipelines.app import configure
 
 app = configure()
@@ -26,6 +28,7 @@ class PublishCounts(dramatiq.Middleware):
     when its worker stops (the benchmark reads them once the worker is gone)."""
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        hook_costs.dump()
         directory = os.environ.get("BENCH_COUNTERS_DIR")
         if directory:
             counts = {"publishes": app.broker.publish_count, "confirm_waits": app.broker.confirm_waits}
@@ -33,6 +36,7 @@ class PublishCounts(dramatiq.Middleware):
 
 
 broker.add_middleware(PublishCounts())
+hook_costs.install(broker)
 
 
 @dramatiq.actor(broker=broker, queue_name="bench")

@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 "chains",
             )
             alternate([ours], 1, lambda s: census.chain_scripts(ours, log(s.name), sizes.census), results, "census")
+            alternate([ours], 1, lambda s: census.chain_hooks(ours, log(s.name), sizes.chains), results, "hooks")
         if "chord" in wanted:
             alternate(
                 [ours, bare, celery],
@@ -364,6 +365,32 @@ def print_tiers(results: Results) -> None:
             ]
             inside = ", ".join(f"{command.upper()} {count:.2f}" for command, count in inner)
             print(f"  {name:<12} {calls:5.2f} calls; inside: {inside}")
+    print_hooks(results)
+
+
+#: Hooks shown one by one; the rest are summed on one line.
+SHOWN_HOOKS = 12
+
+
+def print_hooks(results: Results) -> None:
+    """The worker's CPU per chain step in each middleware hook, costliest first (a short run of its own,
+    each hook timed: ``bench.hook_costs``)."""
+    costs = {
+        metric: statistics.median(values) for (case, _, metric), values in results.samples.items() if case == "hooks"
+    }
+    total = costs.pop("hooks_total", None)
+    worker = results.median("chains", "rabbit-pipelines", "worker_cpu_us_per_step")
+    if total is None:
+        return
+    ranked = sorted(costs.items(), key=lambda item: -item[1])
+    rest = sum(value for _, value in ranked[SHOWN_HOOKS:])
+    print("\nworker CPU per chain step by middleware hook, us (rabbit-pipelines; a short run, each hook timed)")
+    for label, value in ranked[:SHOWN_HOOKS]:
+        print(f"  {label:<48} {value:8.1f}")
+    others = f"{len(ranked) - SHOWN_HOOKS} other hooks"
+    print(f"  {others:<48} {rest:8.1f}")
+    shown_worker = f" of the worker's {worker:.0f} in the measured rounds" if worker else ""
+    print(f"  {'all hooks':<48} {total:8.1f}{shown_worker}")
 
 
 def print_table(results: Results, extra: dict[str, Any], rounds: int, sizes: Sizes, elapsed: float) -> None:

@@ -20,15 +20,13 @@ from rich.table import Table
 from rich.text import Text
 
 from pipelines.app import App
-from pipelines.cli.output import safe_text
+from pipelines.cli.output import safe_text, state_text
 from pipelines.observability.metrics_dir import NAMESPACE_LABEL
 
 #: Recent runs shown.
 RECENT_RUNS = 10
 #: Characters per line when the view is not on a terminal (long queue names are not cut).
 PLAIN_WIDTH = 200
-#: How a run's state is coloured on a terminal.
-STATE_STYLES = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
 #: Seconds to wait for the metrics port before showing the view without rates.
 SCRAPE_TIMEOUT_S = 2.0
 
@@ -101,7 +99,7 @@ def render(app: App, previous: Counts | None, current: Counts | None, elapsed_s:
         status = app.store.get_run(run_id)
         if status is not None:
             steps = f"{status.count('succeeded')}/{len(status.steps)}"
-            state = Text(status.state, style=STATE_STYLES.get(status.state, ""))
+            state = state_text(status.state)
             # A pipeline's name is data (a caller's ``name=``): shown as written, never read as markup.
             runs.add_row(run_id, safe_text(status.pipeline), state, steps, f"{status.duration_s or 0:.2f}")
     title = Text(f"rabbit-pipelines  namespace {app.settings.namespace}  {time.strftime('%H:%M:%S')}", style="bold")

@@ -82,7 +82,7 @@ class RedisRunReads(RedisRecords):
         on_change: Callable[[RunStatus], None] | None = None,
     ) -> RunStatus | None:
         with self._answering():
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
             wait_on_channel(
                 pubsub,
                 self._key(run_id),
@@ -95,7 +95,7 @@ class RedisRunReads(RedisRecords):
 
     def run_feed(self) -> RedisRunFeed:
         with self._answering():  # a Redis Cluster's client is made on first use, which may fail
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         return RedisRunFeed(pubsub, self._key, self._answering)
 
     def run_continuations(self, run_id: str) -> dict[str, str]:

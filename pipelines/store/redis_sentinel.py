@@ -26,7 +26,7 @@ def sentinel_primary(url: str, *, timeout_s: float, single_connection: bool = Fa
 
     address = parse_sentinel_url(url)
     connection_class = _connection_classes()[address.tls]
-    sentinels = Sentinel(list(address.sentinels), socket_timeout=timeout_s, socket_connect_timeout=timeout_s)  # type: ignore[no-untyped-call]
+    sentinels = Sentinel(list(address.sentinels), socket_timeout=timeout_s, socket_connect_timeout=timeout_s)  # type: ignore[no-untyped-call, unused-ignore]
     pool = SentinelConnectionPool(  # type: ignore[no-untyped-call]
         address.primary,
         sentinels,

@@ -106,12 +106,7 @@ class Scripts:
         client = self._own_client()
         assert client is not None  # combined only where threads have their own connections
         waited = sum(waits for *_, waits in calls)
-        if len(calls) == 1 and not waited:  # alone: no pipeline to build
-            script, keys, args, _ = calls[0]
-            try:
-                return [script(keys=keys, args=args, client=client)]
-            except redis.exceptions.ResponseError as e:  # the script's own error, raised in its thread
-                return [_Failed(e)]
+        # Alone too: a raw send costs a fraction of redis-py's own command path (see _send).
         pipe: Any = client.pipeline(transaction=False)
         for script, keys, args, _ in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
