@@ -1,7 +1,8 @@
 """Run stores: one implementation, the Lua scripts in ``lua/``, run by Redis or by an in-process Redis.
 
-``roles`` splits the store into the roles its consumers take, ``base`` holds the records they pass,
-``redis`` runs one script per decision and ``replies`` decodes each script's reply. ``memory://``
+``roles`` splits the store into the roles its consumers take, ``base`` holds the records they pass
+(``step_history`` what a step keeps beside its state: its attempts, replays and logs), ``redis`` runs
+one script per decision (``redis_reads`` reads runs) and ``replies`` decodes each script's reply. ``memory://``
 (the embedded mode: the demo's fallback, unit tests, ``pipelines.testing``) runs the same scripts on
 an in-process server of its own (``embedded``), so the store's meaning is written once.
 
