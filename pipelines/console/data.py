@@ -10,6 +10,7 @@ holds no keys); errors and tracebacks pass through the secret masking.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -56,6 +57,7 @@ def _step_view(step: StepStatus, now_ms: int) -> StepView:
         progress_text=step.progress_text,
         error=_clean(step.error),
         worker=step.worker,
+        history=tuple(replace(entry, error=_clean(entry.error)) for entry in step.history),
     )
 
 
@@ -181,7 +183,7 @@ class ConsoleData:
         )
 
     def step(self, run: RunView, node: str) -> StepDetail | None:
-        """A step's arguments, result and dead letters (None if the run has no such step)."""
+        """A step's arguments, result, dead letters and logs (None if the run has no such step)."""
         step = next((s for s in run.steps if s.node == node), None)
         if step is None:
             return None
@@ -213,7 +215,11 @@ class ConsoleData:
         parent, _, index = node.rpartition(".")
         parallel = is_parallel(parent, [s.node for s in run.steps], continuations)
         result = self.app.store.step_result(run.run_id, node, (parent, int(index)) if parallel else None)
-        return StepDetail(step, args, kwargs, source, result, letters)
+        logs = tuple(
+            replace(log, records=tuple(replace(r, text=mask_text(r.text)) for r in log.records))
+            for log in self.app.store.step_logs(run.run_id, [node]).get(node, ())
+        )
+        return StepDetail(step, args, kwargs, source, result, letters, logs)
 
     def cancel(self, run_id: str) -> tuple[bool, str]:
         """Cancel a run: (whether this cancelled it, its state now).

@@ -13,6 +13,7 @@ from pipelines.console.charts import Chart
 from pipelines.console.shape import ShapeNode
 from pipelines.store.base import WorkerBeat
 from pipelines.store.counts import ActorCounts
+from pipelines.store.step_history import AttemptLog, HistoryEntry
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class StepView:
     error: str | None
     worker: str | None
     """Who ran it, once the store records it (None until then)."""
+    history: tuple[HistoryEntry, ...] = ()
+    """Its attempts and replays, oldest first (errors and reasons masked)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,8 @@ class StepDetail:
     shown), or None when the store keeps none (first steps)."""
     result_json: str | None
     dead_letters: tuple[LetterView, ...]
+    logs: tuple[AttemptLog, ...] = ()
+    """What its attempts logged, oldest attempt first (the newest records the store keeps, masked)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ RunFeeds       one subscription to many runs' changes           the asyncio API'
 RunPlans       a run's stored plan and its steps' results       the web console
 StepProgress   a running step's progress reports                ``progress.Job``
 StepReplays    a dead-lettered step reopened in its run         dead-letter replays
+StepLogs       the log records of steps' attempts               the web console, ``pipelines status``
 OnceMarks      "this happened once" marks                       dead-letter replays
 KeyClaims      idempotency keys of standalone messages          the ``Idempotency`` middleware
 JobLeases      leases of long-running jobs                      the ``Leases`` middleware
@@ -50,6 +51,7 @@ from pipelines.store.base import (
     WorkerBeat,
 )
 from pipelines.store.counts import ActorCounts, MinuteCounts
+from pipelines.store.step_history import AttemptLog
 from pipelines.wire.steps import Frame
 
 
@@ -107,6 +109,7 @@ class RunSteps(RunStates, Protocol):
         local: LocalOffer | None = None,
         local_after: str | None = None,
         worker: str = "",
+        logs: AttemptLog | None = None,
     ) -> Advance:
         """Record a step's result and decide what follows, atomically.
 
@@ -116,11 +119,22 @@ class RunSteps(RunStates, Protocol):
         claimed again since, and nothing is recorded. ``local`` offers this worker to run what follows
         (``local`` when it claimed it: complete-and-claim); ``local_after`` is the step a local step
         being completed followed (its entry in the index of local steps ends); ``worker``, the worker
-        that ran it (a local step was claimed by the one that ran the step before).
+        that ran it (a local step was claimed by the one that ran the step before); ``logs``, the records
+        the attempt logged, kept with the step in the same round trip (not when the claim was lost).
         """
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
-        """Record a failed attempt; a final failure fails the run (the first one wins).
+    def fail_step(
+        self,
+        run_id: str,
+        node: str,
+        error: str,
+        *,
+        final: bool,
+        claim: int | None = None,
+        logs: AttemptLog | None = None,
+    ) -> int | None:
+        """Record a failed attempt (and the records it logged); a final failure fails the run (the first
+        one wins).
 
         Returns:
             When this call failed the run: the run's creation time (epoch ms); else None.
@@ -219,12 +233,21 @@ class StepProgress(Protocol):
 class StepReplays(Protocol):
     """A dead-lettered step given another chance in its run."""
 
-    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
-        """Let a dead-lettered step run again in its run (a failed run runs again).
+    def reopen_step(self, run_id: str, node: str, *, reason: str = "") -> tuple[ReopenKind, str | None]:
+        """Let a dead-lettered step run again in its run (a failed run runs again); its history keeps the
+        replay, with ``reason`` (which dead letter, and why it died).
 
         Returns:
             The outcome, and the run's state when the outcome is ``stopped`` (else None).
         """
+
+
+class StepLogs(Protocol):
+    """What steps logged while they ran, kept with them for their run's retention."""
+
+    def step_logs(self, run_id: str, nodes: Sequence[str]) -> dict[str, tuple[AttemptLog, ...]]:
+        """The kept log records of each of ``nodes`` that has any, by step, oldest attempt first: the
+        newest within ``store.step_log_records`` and ``store.step_log_bytes`` per step."""
 
 
 class OnceMarks(Protocol):
@@ -377,6 +400,7 @@ class RunStore(
     RunPlans,
     StepProgress,
     StepReplays,
+    StepLogs,
     Holds,
     OnceMarks,
     KeyClaims,

@@ -11,6 +11,7 @@ Chromium through Playwright, with the flags a root user in a container needs, an
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import threading
@@ -97,6 +98,7 @@ def declare_actors(app: App) -> Actors:
         return text
 
     def flaky(x: int) -> int:
+        logging.getLogger("tests.console").warning("asking the payment service about order %s", x)
         if broken.is_set():
             raise ConnectionError(f"the payment service refused order {x}")
         return x + 1

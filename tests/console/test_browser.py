@@ -132,6 +132,27 @@ def test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed(console: Cons
     expect(page.get_by_label("Result")).to_contain_text("84")
     shoot("replayed")
 
+    page.goto(f"{console.url}/runs/{run.id}?step=0.0")
+    detail = page.get_by_label("Step")
+    history = detail.locator("table.history tr[data-kind]")
+    expect(history).to_have_count(3)
+    expect(history.nth(0)).to_contain_text("Attempt 1")
+    expect(history.nth(0).locator(".state")).to_have_text("failed")
+    expect(detail.locator("table.history tr.error")).to_have_text(
+        "ConnectionError: the payment service refused order 41"
+    )
+    expect(history.nth(1)).to_contain_text("Replayed")
+    expect(history.nth(1)).to_contain_text("(retries exhausted)")
+    expect(history.nth(2).locator(".state")).to_have_text("succeeded")
+    logs = detail.locator("details.logs")
+    expect(logs).to_have_count(2)
+    asked = "WARNING tests.console  asking the payment service about order 41"
+    expect(logs.nth(0).locator(".record").first).to_contain_text(asked)
+    expect(logs.nth(0).locator(".record.lv-error")).to_contain_text("Traceback")
+    expect(logs.nth(1).locator(".record")).to_have_count(1)
+    expect(logs.nth(1)).to_have_attribute("open", "")
+    shoot("history-and-logs")
+
 
 def dead_letters_of(console: Console, actor: str, runs: list[Any]) -> None:
     """Wait until each of ``runs`` (failed at ``actor``) has its dead letter (published after the run fails)."""
