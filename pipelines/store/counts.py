@@ -23,6 +23,8 @@ MINUTE_MS = 60_000
 KEPT_AFTER_MINUTE_MS = 3_600_000
 #: The span the console and ``pipelines queues`` show, in ms: the last hour, what the store keeps.
 LAST_HOUR_MS = KEPT_AFTER_MINUTE_MS
+#: Most minutes one read of message counts spans (a day).
+MAX_COUNTED_MINUTES = 1440
 #: The measures of an actor in a minute's record, by field prefix; ``slowest`` keeps the largest value,
 #: the others add up.
 MEASURES = ("processed", "failed", "dead", "ms", "slowest")
@@ -31,6 +33,13 @@ MEASURES = ("processed", "failed", "dead", "ms", "slowest")
 def minute_of(epoch_ms: int) -> int:
     """The start of the minute ``epoch_ms`` falls in (epoch ms)."""
     return epoch_ms - epoch_ms % MINUTE_MS
+
+
+def minutes_between(from_ms: int, to_ms: int) -> list[int]:
+    """The starts of the minutes from the one ``from_ms`` falls in to the one ``to_ms`` falls in, oldest
+    first: the last :data:`MAX_COUNTED_MINUTES` of them (at least the first minute)."""
+    first = minute_of(from_ms)
+    return list(range(first, max(first, minute_of(to_ms)) + 1, MINUTE_MS))[-MAX_COUNTED_MINUTES:]
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,9 @@ from redis.cluster import RedisCluster
 from pipelines.store import replies
 from pipelines.store.answering import answering
 from pipelines.store.base import WorkerBeat
-from pipelines.store.counts import MINUTE_MS, ActorCounts, MinuteCounts, minute_of
+from pipelines.store.counts import ActorCounts, MinuteCounts, minute_of, minutes_between
 from pipelines.store.scripting import Scripts
 from pipelines.wire.naming import counts_key, worker_key, workers_key
-
-#: Most minutes one read of message counts spans (a day).
-MAX_COUNTED_MINUTES = 1440
 
 
 class RedisWorkerRecords:
@@ -90,8 +87,7 @@ class RedisWorkerRecords:
                 replies.counts_add(reply)
 
     def message_counts(self, from_ms: int, to_ms: int) -> list[MinuteCounts]:
-        first = minute_of(from_ms)
-        minutes = list(range(first, max(first, minute_of(to_ms)) + 1, MINUTE_MS))[-MAX_COUNTED_MINUTES:]
+        minutes = minutes_between(from_ms, to_ms)
         with self._answering():
             pipe = self._redis.pipeline(transaction=False)
             for minute_ms in minutes:
