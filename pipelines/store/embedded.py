@@ -9,12 +9,13 @@ each other's runs. Its pub/sub wakes a waiter when a message arrives (fakeredis 
 from __future__ import annotations
 
 from pipelines.store.redis import RedisRunStore
+from pipelines.store.step_history import STEP_LOG_BOUNDS
 
 #: The URL that selects the embedded store (``store.url``).
 EMBEDDED_URL = "memory://"
 
 
-def embedded_store(*, namespace: str, retention_s: int, step_logs: tuple[int, int] = (200, 65_536)) -> RedisRunStore:
+def embedded_store(*, namespace: str, retention_s: int, step_logs: tuple[int, int] = STEP_LOG_BOUNDS) -> RedisRunStore:
     """A run store on a Redis server of its own, in this process; a step keeps its newest ``step_logs``
     (records, bytes) log records."""
     # Imported here: a process on a real Redis never loads the in-process server or Lua.

@@ -19,6 +19,11 @@ import orjson
 
 #: How many attempts and replays a step's history keeps (the scripts keep the latest this many).
 HISTORY_ENTRIES = 20
+#: The longest error an attempt's entry keeps (in characters).
+HISTORY_ERROR_CHARS = 500
+#: What a step keeps of its attempts' log records unless the store is told otherwise: (records, bytes),
+#: ``store.step_log_records`` and ``store.step_log_bytes``'s defaults.
+STEP_LOG_BOUNDS = (200, 65_536)
 
 Outcome = Literal["succeeded", "retrying", "failed"]
 

@@ -11,6 +11,7 @@ from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
 from pipelines.store.step_history import AttemptLog, LogRecord
 from pipelines.wire.steps import Frame
 from tests.support.backends import STORE_KINDS
+from tests.support.housekeeping import delete_store
 
 NewChord = Callable[..., NewRun]
 LEASE_MS = 60_000
@@ -25,11 +26,10 @@ def logged(attempt: int, *texts: str, dropped: int = 0) -> AttemptLog:
 @pytest.fixture
 def small_store(store_backend: str, store_namespace: str) -> Iterator[RunStore]:
     """A store whose steps keep 3 log records at most."""
-    config = StoreConfig(url=STORE_KINDS[store_backend].url, retention_s=3600, step_log_records=3)
+    config = StoreConfig(**STORE_KINDS[store_backend].settings(store_namespace), retention_s=3600, step_log_records=3)
     made = make_store(config, namespace=store_namespace)
     yield made
-    if isinstance(made, RedisRunStore):
-        made.delete_namespace()
+    delete_store(made)
     made.close()
 
 
@@ -71,12 +71,22 @@ def test_a_step_keeps_its_newest_attempts_logs_within_the_bounds(small_store: Ru
     assert kept == {"0.1": (logged(3, "e", "f", "g"),)}
 
 
-def test_logs_end_with_their_run_and_keep_its_retention(store: RunStore, new_chord: NewChord) -> None:
+def test_logs_stay_with_their_step_after_its_run_ended(store: RunStore, new_chord: NewChord) -> None:
     run = new_chord(1)
     store.create_run(run)
     store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
+
     store.fail_step(run.run_id, "0.1", "E: x", final=True, claim=1, logs=logged(1, "gone"))
 
-    assert isinstance(store, RedisRunStore)
-    ttl_ms = store._redis.pttl(f"{store._key(run.run_id)}:logs")
+    assert store.run_state(run.run_id) == "failed"
+    assert store.step_logs(run.run_id, ["0.1"]) == {"0.1": (logged(1, "gone"),)}
+
+
+def test_logs_end_with_their_run_and_keep_its_retention(script_store: RedisRunStore, new_chord: NewChord) -> None:
+    run = new_chord(1)
+    script_store.create_run(run)
+    script_store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
+    script_store.fail_step(run.run_id, "0.1", "E: x", final=True, claim=1, logs=logged(1, "gone"))
+
+    ttl_ms = script_store._redis.pttl(f"{script_store._key(run.run_id)}:logs")
     assert 3_500_000 < ttl_ms <= 3_600_000
