@@ -12,7 +12,7 @@ HERE = Path(__file__).parent
 ROLES = [
     role
     for name, role in vars(roles).items()
-    if inspect.isclass(role) and role.__module__ == roles.__name__ and name != "RunStore"
+    if inspect.isclass(role) and role.__module__.startswith(f"{roles.__name__}.") and name != "RunStore"
 ]
 
 
