@@ -31,6 +31,7 @@ def _reference(prefix: str, *parts: object) -> str:
 )
 def charge_payment(order_id: int, total: float) -> dict[str, Any]:
     """Charge the customer for an order, once per order; the payment feeds every later step."""
+    logger.info("charging order %s: %s", order_id, total)
     if total <= 0:
         raise ValueError(f"order {order_id} has a non-positive total {total}")
     return {"order_id": order_id, "amount": round(total, 2), "payment_id": _reference("pay", order_id, total)}

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pipelines.middleware.rate_limits import RateLimits
     from pipelines.middleware.schedules import Schedules
     from pipelines.middleware.stalled_runs import StalledRuns
+    from pipelines.middleware.step_logs import StepLogs
     from pipelines.middleware.time_limit import ActorTimeLimit
     from pipelines.middleware.timeout import Timeout, TimeoutTooLong
     from pipelines.middleware.tracing import Tracing
@@ -44,6 +45,7 @@ __all__ = [
     "RateLimits",
     "Schedules",
     "StalledRuns",
+    "StepLogs",
     "Timeout",
     "TimeoutTooLong",
     "Tracing",
@@ -66,6 +68,7 @@ _EXPORTS = {
     "RateLimits": "pipelines.middleware.rate_limits",
     "Schedules": "pipelines.middleware.schedules",
     "StalledRuns": "pipelines.middleware.stalled_runs",
+    "StepLogs": "pipelines.middleware.step_logs",
     "Timeout": "pipelines.middleware.timeout",
     "TimeoutTooLong": "pipelines.middleware.timeout",
     "Tracing": "pipelines.middleware.tracing",

@@ -1,12 +1,14 @@
-"""Each worker process's heartbeat in the run store: who it is, what it reads and what it runs now.
+"""Each worker process's heartbeat in the run store: who it is, what it reads, what it runs and ran.
 
 A thread records, every ``[worker] heartbeat_s``, the process's host, pid and parent pid (the processes
 of one ``dramatiq`` command share it), its threads, the Dramatiq queues it reads, the messages it
 processed and failed since it started, and the messages it runs now (a pipeline step with its run and
 step id). A process that missed three beats is gone; its record is kept an hour, so a killed process
-shows as gone that long, while one that stops cleanly removes it. ``pipelines workers`` and the
-console's queues page read it, with or without ``[metrics]``. Observability only: a store that does
-not answer skips a beat, never a message.
+shows as gone that long, while one that stops cleanly removes it. With each beat it adds the messages
+it processed, failed and dead-lettered since the last one, per actor, to the store's counts of their
+minute (``pipelines.store.counts``), plain messages and pipeline steps alike. ``pipelines workers``,
+``pipelines queues`` and the console's queues page read them, with or without ``[metrics]``.
+Observability only: a store that does not answer skips a beat, never a message.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import dramatiq
 from dramatiq.middleware import Middleware
 
 from pipelines.context import process_id
 from pipelines.errors import ServiceUnavailable
+from pipelines.handling.outcome import outcome_of
 from pipelines.store.base import WorkerBeat
-from pipelines.store.roles import WorkerBeats
+from pipelines.store.counts import KEPT_AFTER_MINUTE_MS, MINUTE_MS, Tally
+from pipelines.store.roles import MessageCounts, WorkerBeats
 from pipelines.wire.steps import StepAddress
 
 logger = logging.getLogger(__name__)
@@ -33,19 +37,24 @@ logger = logging.getLogger(__name__)
 KEPT_AFTER_LAST_BEAT_S = 3600
 
 
+class WorkerRecords(WorkerBeats, MessageCounts, Protocol):
+    """What a heartbeat writes: the process's beat and its message counts."""
+
+
 class Heartbeat(Middleware):
     """Records this worker process's heartbeat in the run store (see the module docstring)."""
 
     #: Observability: its failures are logged and never stop a message (see ``pipelines.handling.guards``).
     fails_open = True
 
-    def __init__(self, *, store: WorkerBeats, interval_s: float) -> None:
+    def __init__(self, *, store: WorkerRecords, interval_s: float) -> None:
         self.store = store
         self.interval_s = interval_s
         self.processed = 0
         self.failed = 0
-        self._running: dict[int, str] = {}
-        """id of a message proxy → what it runs (``actor`` or ``actor run/step``)."""
+        self.tally = Tally()
+        self._running: dict[int, tuple[str, float]] = {}
+        """id of a message proxy → what it runs (``actor`` or ``actor run/step``), and since when (monotonic s)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._worker: dramatiq.Worker | None = None
@@ -67,6 +76,7 @@ class Heartbeat(Middleware):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s)
+        self.store_counts()  # what was counted since the last beat
         try:
             self.store.forget_worker(self.worker_id)
         except ServiceUnavailable as e:  # its record lapses on its own
@@ -76,7 +86,7 @@ class Heartbeat(Middleware):
         address = StepAddress.of(message)
         what = message.actor_name if address is None else f"{message.actor_name} {address.run_id}/{address.node}"
         with self._lock:
-            self._running[id(message)] = what
+            self._running[id(message)] = (what, time.monotonic())
 
     def after_process_message(
         self,
@@ -87,13 +97,18 @@ class Heartbeat(Middleware):
         exception: BaseException | None = None,
     ) -> None:
         with self._lock:
-            self._running.pop(id(message), None)
+            _, started = self._running.pop(id(message), ("", time.monotonic()))
             self.processed += 1
             self.failed += exception is not None
+        self.tally.processed(message.actor_name, time.monotonic() - started, failed=exception is not None)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         with self._lock:
             self._running.pop(id(message), None)
+
+    def after_nack(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
+        if not outcome_of(message).settlement.drop:  # a fire-and-forget message is dropped, not dead-lettered
+            self.tally.dead_lettered(message.actor_name)
 
     def record(self) -> WorkerBeat:
         """This process as its next heartbeat describes it."""
@@ -103,7 +118,8 @@ class Heartbeat(Middleware):
         consumed = list(worker.consumers) if worker is not None else []
         queues = sorted(q for q in consumed if not q.endswith(".DQ"))
         with self._lock:
-            running, processed, failed = tuple(sorted(self._running.values())), self.processed, self.failed
+            running = tuple(sorted(what for what, _ in self._running.values()))
+            processed, failed = self.processed, self.failed
         return WorkerBeat(
             worker_id=self.worker_id,
             host=socket.gethostname(),
@@ -119,11 +135,24 @@ class Heartbeat(Middleware):
         )
 
     def beat(self) -> None:
-        """Record the heartbeat now (what the thread does each interval)."""
+        """Record the heartbeat now, and the counts since the last one (what the thread does each interval)."""
         try:
             self.store.beat(self.record(), keep_ms=KEPT_AFTER_LAST_BEAT_S * 1000)
         except ServiceUnavailable as e:
             logger.warning("Could not record this worker's heartbeat: %s", e)
+            return
+        self.store_counts()
+
+    def store_counts(self) -> None:
+        """Add the messages counted since the last beat to the store's minutes (put back if it does not answer)."""
+        counted = self.tally.take()
+        if not counted:
+            return
+        try:
+            self.store.add_counts(counted, keep_ms=KEPT_AFTER_MINUTE_MS + MINUTE_MS)
+        except ServiceUnavailable as e:
+            self.tally.put_back(counted)
+            logger.warning("Could not record this worker's message counts: %s", e)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -235,11 +235,12 @@ class PipelineSteps(Middleware):
         _in_step.set(False)
         hold = self._release(message)
         claim = hold.claim if hold is not None else None
+        logs = outcome_of(message).scratch.step_log
         try:
             if isinstance(exception, Cancelled):
                 self.runtime.stopped(address, exception)
             elif exception is not None:
-                self.runtime.fail(message, address, exception, final=message.failed, claim=claim)
+                self.runtime.fail(message, address, exception, final=message.failed, claim=claim, logs=logs)
             else:
                 self._complete(broker, message, address, result, hold)
         except AddressNotInPlan as e:
@@ -271,13 +272,19 @@ class PipelineSteps(Middleware):
             value = self.runtime.result_json(pipeline_broker(broker), message, address, result)
         except (ResultTooLarge, DefinitionError) as e:
             logger.error("Step %s of run %s failed: %s", address.node, address.run_id, e)
-            self.runtime.fail(message, address, e, final=True, claim=claim)
+            self.runtime.fail(message, address, e, final=True, claim=claim, logs=outcome_of(message).scratch.step_log)
             fail_message(message, "permanent error", e)
             return
         try:
             record_within_lease(
                 lambda: self.runtime.advance(
-                    pipeline_broker(broker), message, address, value, claim=claim, local=self._local_here()
+                    pipeline_broker(broker),
+                    message,
+                    address,
+                    value,
+                    claim=claim,
+                    local=self._local_here(),
+                    logs=outcome_of(message).scratch.step_log,
                 ),
                 lease_end=hold.lease_end if hold is not None else 0.0,
                 what=f"step {address.node} of run {address.run_id}",

@@ -31,6 +31,7 @@ from pipelines.middleware import (
     RateLimits,
     Schedules,
     StalledRuns,
+    StepLogs,
     Timeout,
     Tracing,
 )
@@ -62,7 +63,8 @@ def build_middleware(
     - ``Metrics`` (with ``[metrics] enabled``) comes next, so its ``after_*`` hooks run after the
       others have decided (failed, retried, skipped as a duplicate) and it counts what they decided.
     - ``Heartbeat`` comes with the observers, before anything may skip a message: it sees each message
-      start and end, so it counts those processed and failed, and knows what runs now.
+      start and end, so it counts those processed and failed (and times them), and knows what runs now;
+      its ``after_nack`` counts those dead-lettered after every other hook decided.
     - ``MaxAge`` (Dramatiq's ``AgeLimit`` with a reason) comes before anything claims or decides about
       a message: one past its age is only dead-lettered (and a step's run failed, by ``PipelineSteps``).
     - ``Timeout`` comes before ``ActorTimeLimit`` (Dramatiq's ``TimeLimit``), which enforces the limit
@@ -78,7 +80,9 @@ def build_middleware(
     - ``Idempotency`` and ``PipelineSteps`` decide whether a message runs at all; both come before
       ``Backoff``, so after a failure they see whether ``Backoff`` gave up (the run fails, the key is
       released) or scheduled another attempt.
-    - ``StalledRuns`` comes right after ``PipelineSteps``: it keeps alive the run of a step only once
+    - ``StepLogs`` comes right after ``PipelineSteps``: it captures what a step logs once the step is
+      claimed, until just before ``PipelineSteps`` records the step's end (with those records).
+    - ``StalledRuns`` comes right after them: it keeps alive the run of a step only once
       the step claimed it, and sweeps for runs nothing advances (a thread of its own).
     - ``Leases`` comes after both: a long-running job is acknowledged and leased only once it is sure
       to run, and its lease is closed after ``Backoff`` decided on a retry.
@@ -123,6 +127,7 @@ def build_middleware(
             system_timeout_s=system_timeout_s,
             local_steps=settings.worker.local_steps,
         ),
+        StepLogs(max_records=settings.store.step_log_records, max_bytes=settings.store.step_log_bytes),
         StalledRuns(
             sweep=StallSweep(
                 store=store,

@@ -713,3 +713,47 @@ def test_store_migrate_makes_a_postgresql_stores_tables_once_and_loads_no_app(se
     assert f"Migrated schema {schema}" in first.stdout
     assert "up to date" in again.stdout
     assert "nothing to migrate" in on_redis.stdout
+
+
+def letters_of_run(env: dict[str, str], queue: str, run_id: str, count: int) -> list[str]:
+    """The ids of ``run_id``'s dead letters in ``queue``, once the worker has dead-lettered ``count`` of them."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        found = json.loads(pipelines(env, "dlq", "list", "--queue", queue, "--json").stdout)
+        ids = [str(letter["id"]) for letter in found if letter.get("run_id") == run_id]
+        if len(ids) >= count:
+            return ids
+        time.sleep(0.2)  # the worker dead-letters asynchronously; another process has nothing to subscribe to
+    raise AssertionError(f"fewer than {count} dead letters of run {run_id} appeared in {queue}")
+
+
+def test_status_lists_a_steps_attempts_and_replay_and_with_logs_what_each_attempt_logged(env: dict[str, str]) -> None:
+    failed = pipelines(env, "run", "order_fulfilment", "--arg", "order_id=16", "--arg", "total=0", "--wait")
+    run_id = failed.stdout.split()[0]
+    [letter_id] = letters_of_run(env, "charge_payment", run_id, 1)
+    replayed = pipelines(env, "dlq", "replay", letter_id)
+    letters_of_run(env, "charge_payment", run_id, 1)  # still broken: dead-lettered again
+
+    plain = pipelines(env, "status", run_id)
+    shown = pipelines(env, "status", run_id[:12], "--logs")
+    as_json = json.loads(pipelines(env, "status", run_id, "--logs", "--json").stdout)
+    pipelines(env, "dlq", "purge", "--queue", "charge_payment", "--yes")
+
+    assert replayed.returncode == 0, replayed.stderr
+    assert shown.returncode == 0, shown.stderr
+    error = "ValueError: order 16 has a non-positive total 0"
+    assert re.search(rf"attempt 1  [-0-9]+ [:.0-9]+  failed  [.0-9]+ s  on \S+  {error}\n", shown.stdout)
+    assert re.search(rf"replayed  [-0-9]+ [:.0-9]+  dead letter {letter_id} \(permanent error\)\n", shown.stdout)
+    assert re.search(rf"attempt 2  [-0-9]+ [:.0-9]+  failed  .*{error}\n", shown.stdout)
+    assert "logs of step" not in plain.stdout
+    for attempt in (1, 2):
+        assert re.search(
+            rf"logs of step 0\.0 \(charge_payment\), attempt {attempt}\n"
+            r"  [-0-9]+ [:.0-9]+ INFO actors\.orders  charging order 16: 0\n"
+            r"  [-0-9]+ [:.0-9]+ INFO dramatiq\.worker\.WorkerThread  Failed to process message "
+            r"charge_payment\(order_id=16, total=0\) with expected exception ValueError\.",
+            shown.stdout,
+        ), shown.stdout
+    assert [entry["kind"] for entry in as_json["steps"][0]["history"]] == ["attempt", "replay", "attempt"]
+    first = as_json["logs"]["0.0"][0]
+    assert (first["attempt"], first["dropped"], first["records"][0]["text"]) == (1, 0, "charging order 16: 0")

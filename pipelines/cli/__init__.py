@@ -100,14 +100,8 @@ def _add_app_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pipelines",
-        description="Run and inspect rabbit-pipelines pipelines on RabbitMQ (or the embedded broker).",
-    )
-    _add_app_options(parser)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_run_and_status(commands: Any) -> None:
+    """``run`` (start a registered pipeline) and ``status`` (show one run)."""
     run = commands.add_parser("run", help="start a registered pipeline", description="Start a registered pipeline.")
     run.add_argument("name", help="the registered pipeline's name (see `pipelines topology`)")
     run.add_argument(
@@ -127,12 +121,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser(
         "status",
-        help="show a run: its pipeline's shape with each step's state, and its trace id",
-        description="Show a run as a tree (chain, fan-out, group, chord; big groups folded) and its outcome.",
+        help="show a run: its pipeline's shape with each step's state and history, and its trace id",
+        description="Show a run as a tree (chain, fan-out, group, chord; big groups folded; a step's attempts and "
+        "replays under it) and its outcome; with --logs, what each step logged.",
     )
     status.add_argument("run_id")
     status.add_argument("--json", action="store_true", help="print the status as JSON (the result as a value)")
+    status.add_argument("--logs", action="store_true", help="also print what each step logged, attempt by attempt")
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pipelines",
+        description="Run and inspect rabbit-pipelines pipelines on RabbitMQ (or the embedded broker).",
+    )
+    _add_app_options(parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_run_and_status(commands)
     _add_runs(commands)
 
     _add_run_actions(commands)

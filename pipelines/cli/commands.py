@@ -10,138 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from pipelines.cli.output import Output, seconds, state_text, when
-from pipelines.cli.status import outcome_line, status_json, status_tree
+from pipelines.cli import namespace_views
+from pipelines.cli.output import Output
+from pipelines.cli.run_commands import cancel, rerun, run, runs, status
 from pipelines.errors import PipelinesError
 
 if TYPE_CHECKING:
     from pipelines.app import App
-    from pipelines.store.base import RunStatus
 
 
 class UsageError(PipelinesError):
     """A command given in a way that cannot work, found past argparse (one line, exit status 2)."""
-
-
-#: Longest error shown in a row of `pipelines runs` (the run's status has all of it).
-ROW_ERROR_CHARS = 80
-
-
-def _print_status(app: App, out: Output, status: RunStatus) -> None:
-    out.render(status_tree(status, app.store.run_continuations(status.run_id)))
-    outcome = outcome_line(status)
-    if outcome is not None:
-        out.line(outcome)
-
-
-def run(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.errors import RunTimeout
-
-    def created(run_id: str, new: bool) -> None:
-        # Before the publish: a slow or stuck broker does not hide which run it is.
-        out.line(run_id if new else f"{run_id} (already started with this idempotency key)")
-        sys.stdout.flush()
-
-    started = app.start_registered(
-        args.name, kwargs=dict(args.args), idempotency_key=args.idempotency_key, on_created=created
-    )
-    if not (args.wait or args.timeout):
-        return 0
-    from pipelines.cli.readers import waiting_note
-
-    if args.timeout is None:  # a wait without end: say now when no worker would start the run
-        unread = waiting_note(app, started.status())
-        if unread:
-            print(f"pipelines: waiting for run {started.id}.{unread}", file=sys.stderr, flush=True)
-    progress = _Progress()
-    try:
-        status = started.wait(args.timeout, on_change=progress.show)
-    except RunTimeout as e:
-        progress.clear()
-        print(f"pipelines: {e}{waiting_note(app, started.status())}", file=sys.stderr)
-        return 1
-    progress.clear()
-    _print_status(app, out, status)
-    return 0 if status.state == "succeeded" else 1
-
-
-class _Progress:
-    """One self-rewriting line on a terminal's stderr while a run is awaited."""
-
-    def __init__(self) -> None:
-        self.active = sys.stderr.isatty()
-
-    def show(self, status: RunStatus) -> None:
-        if not self.active:
-            return
-        done, total = status.count("succeeded"), len(status.steps)
-        filled = int(30 * done / total) if total else 0
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} steps, {status.state}  ")
-        sys.stderr.flush()
-
-    def clear(self) -> None:
-        if self.active:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-
-
-def status(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.runs import full_run_id
-
-    found = app.get_run(full_run_id(app.store, args.run_id)).status()
-    if args.json:
-        out.json(status_json(found, app.store.run_continuations(found.run_id)))
-    else:
-        _print_status(app, out, found)
-    return 0
-
-
-def runs(app: App, args: argparse.Namespace, out: Output) -> int:
-    page = app.runs(
-        state=args.state, pipeline=args.pipeline, since=args.since, key=args.key, limit=args.limit, cursor=args.cursor
-    )
-    if args.json:
-        out.json({"runs": [{**vars(run), "duration_s": run.duration_s} for run in page.runs], "cursor": page.cursor})
-        return 0
-    rows: list[list[str | Text]] = []
-    for found in page.runs:
-        error = (found.error or "").splitlines()[0][:ROW_ERROR_CHARS] if found.error else ""
-        rows.append(
-            [
-                found.run_id,
-                found.pipeline,
-                state_text(found.state),
-                when(found.created_at_ms),
-                seconds(found.duration_s),
-                f"{found.steps_done}/{found.steps_total}",
-                Text(error, style="red"),
-            ]
-        )
-    out.table(["RUN", "PIPELINE", "STATE", "STARTED (UTC)", "DURATION", "STEPS", "ERROR"], rows)
-    if page.cursor:
-        print(f"more: pipelines runs ... --cursor {page.cursor}", file=sys.stderr)
-    return 0
-
-
-def cancel(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.runs import full_run_id
-
-    handle = app.get_run(full_run_id(app.store, args.run_id))
-    if handle.cancel():
-        out.line(f"{handle.id} cancelled")
-        return 0
-    out.line(f"{handle.id} had already ended ({handle.status().state}); nothing to cancel")
-    return 1
-
-
-def rerun(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.runs import full_run_id
-
-    def created(run_id: str, new: bool) -> None:
-        out.line(run_id)  # before the publish, as `pipelines run` prints it
-        sys.stdout.flush()
-
-    app.rerun(full_run_id(app.store, args.run_id), on_created=created)
-    return 0
 
 
 def publish(app: App, args: argparse.Namespace, out: Output) -> int:
@@ -150,151 +29,6 @@ def publish(app: App, args: argparse.Namespace, out: Output) -> int:
     except json.JSONDecodeError as e:
         raise UsageError(f"The payload is not JSON ({e}). Quote it: '{{\"order_id\": 1}}'.") from None
     out.line(app.publish(args.topic, payload))
-    return 0
-
-
-def topology(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.cli.readers import framework_note, unread_queues
-    from pipelines.profiles.kinds import profile_of, summary
-
-    declared = app.broker.topology
-    unread = unread_queues(app)
-    actors: list[dict[str, Any]] = []
-    for actor_name in sorted(declared.actor_queues):
-        actor = app.broker.get_actor(actor_name)
-        actors.append(
-            {
-                "name": actor_name,
-                "profile": profile_of(actor),
-                "queue_name": actor.queue_name,
-                "queues": list(declared.consume_queues[actor_name]),
-                "summary": summary(actor),
-            }
-        )
-    data: dict[str, Any] = {
-        "namespace": declared.namespace,
-        "broker": app.settings.broker.masked_url,
-        "exchanges": [{"name": e.name, "type": e.type} for e in declared.exchanges],
-        "actors": actors,
-        "queues": [
-            {
-                "name": q.name,
-                "role": q.role,
-                "type": q.arguments.get("x-queue-type", ""),
-                "no_consumer": None if unread is None else q.name in unread,
-            }
-            for q in declared.queues
-        ],
-        "bindings": [
-            {"exchange": b.exchange, "queue": b.queue, "routing_key": b.routing_key, "arguments": b.arguments}
-            for b in declared.bindings
-        ],
-        "pipelines": sorted(app.pipelines),
-    }
-    if args.json:
-        out.json(data)
-        return 0
-    out.line(f"namespace {data['namespace']} on {data['broker']}")
-    out.table(["EXCHANGE", "TYPE"], [[e["name"], e["type"]] for e in data["exchanges"]], title="exchanges")
-    rows: list[list[str | Text]] = []
-    for entry in actors:
-        queues = entry["queues"]
-        where = (
-            queues[0] if len(queues) == 1 else f"{len(queues)} partitions {queues[0]}..{queues[-1].rsplit('.', 1)[1]}"
-        )
-        rows.append([entry["name"], entry["profile"], entry["queue_name"], where, entry["summary"]])
-    out.table(["ACTOR", "PROFILE", "QUEUE", "CONSUMES", "DECLARED"], rows, title="actors")
-    queue_rows: list[list[str | Text]] = [
-        [q["name"], q["role"], q["type"], Text("no consumer" if q["no_consumer"] else "", "yellow")]
-        for q in data["queues"]
-    ]
-    out.table(["QUEUE", "ROLE", "TYPE", "NOTE"], queue_rows, title="queues")
-    note = None if unread is None else framework_note(app, unread)
-    if note:
-        out.line(note)
-    bindings = [
-        [b["exchange"], "->", b["queue"], b["routing_key"] or ", ".join(f"{k}={v}" for k, v in b["arguments"].items())]
-        for b in data["bindings"]
-    ]
-    out.table(["EXCHANGE", "", "QUEUE", "KEY"], bindings, title="bindings")
-    out.table(["PIPELINE"], [[name] for name in data["pipelines"]], title="pipelines")
-    partitions = sum(len(consumed) - 1 for consumed in declared.consume_queues.values())
-    out.line(
-        f"{len(declared.queues)} queues = 2 x {len(actors)} actors + {len(declared.delay_tiers_ms)} delay tiers "
-        f"+ {partitions} more partitions of ordered actors"
-    )
-    return 0
-
-
-def queues(app: App, args: argparse.Namespace, out: Output) -> int:
-    from pipelines.broker import ExchangeBroker
-    from pipelines.cli.readers import framework_note, unread
-
-    broker = app.broker
-    if not isinstance(broker, ExchangeBroker):
-        if args.json:
-            out.json([])
-        else:
-            out.line("the embedded broker keeps no queues between processes")
-        return 0
-    found: list[dict[str, Any]] = []
-    for queue in broker.topology.queues:
-        count = broker.queue_depth(queue.name)
-        no_consumer = count is not None and unread(broker, queue)
-        found.append({"name": queue.name, "role": queue.role, "messages": count, "no_consumer": no_consumer})
-    if args.json:
-        out.json(found)
-        return 0
-    rows: list[list[str | Text]] = []
-    for q in found:
-        messages = "missing" if q["messages"] is None else str(q["messages"])
-        rows.append([q["name"], q["role"], messages, Text("no consumer" if q["no_consumer"] else "", "yellow")])
-    out.table(["QUEUE", "ROLE", "MESSAGES", "NOTE"], rows)
-    note = framework_note(app, {q["name"] for q in found if q["no_consumer"]})
-    if note:
-        out.line(note)
-    return 0
-
-
-def workers(app: App, args: argparse.Namespace, out: Output) -> int:
-    import time
-    from dataclasses import asdict
-
-    from pipelines.console.data import worker_views
-
-    shown = worker_views(app.store.worker_beats(), app.settings.worker.heartbeat_s, time.time())
-    if args.json:
-        out.json([asdict(view) for view in shown])
-        return 0
-    if not shown:
-        out.line("no worker process has recorded a heartbeat in the last hour")
-        return 0
-    rows: list[list[str | Text]] = [
-        [
-            Text("alive", "green") if w.alive else Text("gone", "dim"),
-            w.beat.host,
-            str(w.beat.pid),
-            f"{w.processes}x{w.beat.threads}",
-            ", ".join(w.beat.queues),
-            str(w.beat.processed),
-            Text(str(w.beat.failed), "red" if w.beat.failed else ""),
-            "\n".join(w.beat.running) or "-",
-            f"{seconds(w.seen_s_ago)} ago",
-        ]
-        for w in shown
-    ]
-    headers = [
-        "STATE",
-        "HOST",
-        "PID",
-        "PROCESSES x THREADS",
-        "QUEUES",
-        "PROCESSED",
-        "FAILED",
-        "RUNNING NOW",
-        "LAST BEAT",
-    ]
-    out.table(headers, rows)
     return 0
 
 
@@ -386,9 +120,9 @@ COMMANDS: dict[str, Callable[[App, argparse.Namespace, Output], int]] = {
     "cancel": cancel,
     "rerun": rerun,
     "publish": publish,
-    "topology": topology,
-    "queues": queues,
-    "workers": workers,
+    "topology": namespace_views.topology,
+    "queues": namespace_views.queues,
+    "workers": namespace_views.workers,
     "ui": ui,
 }
 

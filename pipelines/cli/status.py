@@ -1,5 +1,6 @@
 """A run read as a whole: its pipeline's shape as a tree (chain, fan-out, group, chord, members folded
-when many), each step with its state, attempts, duration, progress, worker and error, and the trace id.
+when many), each step with its state, attempts, duration, progress, worker and error (and its history,
+when it ran more than once or was replayed), and the trace id.
 
 The shape comes from :func:`pipelines.console.shape.build_shape`, the one the web console draws.
 """
@@ -15,6 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from pipelines.cli.output import seconds, state_text
+from pipelines.cli.step_history import history_line, shows_history
 from pipelines.config.masking import mask_text
 from pipelines.console.shape import ShapeNode, build_shape
 from pipelines.store.base import RunStatus, StepStatus
@@ -73,10 +75,18 @@ def _node_label(node: ShapeNode[StepStatus]) -> Text:
     return label
 
 
+def _add_step(tree: Tree, step: StepStatus, now_ms: int) -> None:
+    """The step's line, its history under it when it ran more than once or was replayed."""
+    branch = tree.add(_step_line(step, now_ms))
+    if shows_history(step):
+        for entry in step.history:
+            branch.add(history_line(step, entry))
+
+
 def _grow(tree: Tree, node: ShapeNode[StepStatus], now_ms: int) -> None:
     for child in node.children:
         if child.step is not None:
-            tree.add(_step_line(child.step, now_ms))
+            _add_step(tree, child.step, now_ms)
         else:
             _grow(tree.add(_node_label(child)), child, now_ms)
     if node.folded is not None:
@@ -103,7 +113,7 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
     now_ms = int(time.time() * 1000)
     root = shape_of(status, continuations)
     if root.step is not None:
-        tree.add(_step_line(root.step, now_ms))
+        _add_step(tree, root.step, now_ms)
     else:
         _grow(tree.add(_node_label(root)), root, now_ms)
     return tree

@@ -160,6 +160,10 @@ class StoreConfig(_Section):
     """Replicas each important write waits for (Redis `WAIT`). 0: no wait."""
     replica_wait_ms: int = Field(default=100, ge=1, le=60_000)
     """How long such a write waits for its replicas, in milliseconds."""
+    step_log_records: int = Field(default=200, ge=0, le=10_000)
+    """The most log records a step keeps (its newest, over its attempts). 0: steps' logs are not kept."""
+    step_log_bytes: int = Field(default=65_536, ge=4096, le=1_048_576)
+    """The most bytes of log records a step keeps (its newest, over its attempts)."""
 
     @field_validator("url")
     @classmethod
@@ -191,6 +195,11 @@ class StoreConfig(_Section):
     @property
     def is_postgres(self) -> bool:
         return is_postgres_url(self.url)
+
+    @property
+    def step_logs(self) -> tuple[int, int]:
+        """What a step keeps of its log records: (``step_log_records``, ``step_log_bytes``)."""
+        return self.step_log_records, self.step_log_bytes
 
     @property
     def stalled_after_s(self) -> float:

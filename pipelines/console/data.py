@@ -2,17 +2,15 @@
 
 The pages and the JSON API call :class:`ConsoleData` and nothing else of the app: runs listed with
 filters and a cursor, one run with its shape and a step's detail, cancel; dead letters by queue,
-shown, replayed one by one or by filter, purged; queues with depth, rate and oldest age; worker
-processes by their heartbeats in the run store. Values from runs and messages are returned as they
-are stored (sealed values stay sealed: the console holds no keys); errors and tracebacks pass through
-the secret masking.
+shown, replayed one by one or by filter, purged; queues and workers (:mod:`pipelines.console.overview`).
+Values from runs and messages are returned as they are stored (sealed values stay sealed: the console
+holds no keys); errors and tracebacks pass through the secret masking.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -21,24 +19,21 @@ import orjson
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.config.masking import mask_text
-from pipelines.console import scrape
+from pipelines.console.overview import QueuesOverview
 from pipelines.console.shape import build_shape, is_parallel
 from pipelines.console.views import (
     LetterView,
     Overview,
-    QueueView,
     RunFilter,
     RunPage,
     RunRow,
     RunView,
     StepDetail,
     StepView,
-    WorkerView,
 )
 from pipelines.dead_letters.queues import DeadLetter
-from pipelines.flow.own_actors import unread_note
 from pipelines.runs import full_run_id
-from pipelines.store.base import RunSummary, StepStatus, WorkerBeat, command_processes
+from pipelines.store.base import RunSummary, StepStatus
 from pipelines.wire.naming import dead_letter_queue
 
 
@@ -62,6 +57,7 @@ def _step_view(step: StepStatus, now_ms: int) -> StepView:
         progress_text=step.progress_text,
         error=_clean(step.error),
         worker=step.worker,
+        history=tuple(replace(entry, error=_clean(entry.error)) for entry in step.history),
     )
 
 
@@ -116,9 +112,7 @@ class ConsoleData:
 
     def __init__(self, app: App) -> None:
         self.app = app
-        self._previous: scrape.Sample | None = None
-        self._latest: scrape.Sample | None = None
-        self._scraping = threading.Lock()
+        self._queues = QueuesOverview(app)
 
     # -- runs -------------------------------------------------------------------------------------
 
@@ -189,7 +183,7 @@ class ConsoleData:
         )
 
     def step(self, run: RunView, node: str) -> StepDetail | None:
-        """A step's arguments, result and dead letters (None if the run has no such step)."""
+        """A step's arguments, result, dead letters and logs (None if the run has no such step)."""
         step = next((s for s in run.steps if s.node == node), None)
         if step is None:
             return None
@@ -221,7 +215,11 @@ class ConsoleData:
         parent, _, index = node.rpartition(".")
         parallel = is_parallel(parent, [s.node for s in run.steps], continuations)
         result = self.app.store.step_result(run.run_id, node, (parent, int(index)) if parallel else None)
-        return StepDetail(step, args, kwargs, source, result, letters)
+        logs = tuple(
+            replace(log, records=tuple(replace(r, text=mask_text(r.text)) for r in log.records))
+            for log in self.app.store.step_logs(run.run_id, [node]).get(node, ())
+        )
+        return StepDetail(step, args, kwargs, source, result, letters, logs)
 
     def cancel(self, run_id: str) -> tuple[bool, str]:
         """Cancel a run: (whether this cancelled it, its state now).
@@ -291,86 +289,6 @@ class ConsoleData:
 
     # -- queues and workers -----------------------------------------------------------------------
 
-    def metrics_endpoints(self) -> list[str]:
-        ui, metrics = self.app.settings.ui, self.app.settings.metrics
-        if ui.metrics_urls:
-            return list(ui.metrics_urls)
-        if metrics.enabled:
-            host = metrics.host.replace("0.0.0.0", "127.0.0.1")
-            return [f"http://{host}:{metrics.port}/metrics"]
-        return []
-
-    def _sample(self, endpoints: list[str]) -> scrape.Sample:
-        """The workers' metrics, read at most once per ``scrape.MIN_INTERVAL_S`` however many ask at once
-        (every page view and ``/api/queues`` call would otherwise read every endpoint)."""
-        with self._scraping:
-            latest = self._latest
-            if latest is not None and time.time() - latest.at < scrape.MIN_INTERVAL_S:
-                return latest
-            sample = scrape.read(endpoints, self.app.settings.namespace)
-            self._previous, self._latest = latest, sample
-            return sample
-
     def overview(self) -> Overview:
-        """Every actor queue (depth, dead letters, rate, oldest message's age) and the workers' heartbeats
-        (from the run store: they need no ``[metrics]``)."""
-        endpoints = self.metrics_endpoints()
-        notes: list[str] = []
-        sample = self._sample(endpoints) if endpoints else None
-        if sample is not None:
-            notes += [f"metrics endpoint not answering: {mask_text(why)}" for why in sample.unreachable]
-        else:
-            notes.append("No metrics endpoint: enable [metrics] in the workers, or set [ui] metrics_urls.")
-        depth = getattr(self.app.broker, "queue_depth", None)
-        if depth is None:
-            notes.append("The embedded broker keeps no queues between processes: depths are not known.")
-        topology = self.app.broker.topology
-        reading: Callable[[str], int | None] | None = getattr(self.app.broker, "queue_consumers", None)
-        queues = []
-        for actor, queue in sorted(topology.actor_queues.items()):
-            consume = topology.consume_queues.get(actor, (queue,))
-            depths = [depth(q) for q in consume] if depth else []
-            consumers = [reading(q) for q in consume] if reading else []
-            queues.append(
-                QueueView(
-                    actor=actor,
-                    queue=queue,
-                    profile=topology.actor_profiles.get(actor, ""),
-                    depth=_total(depths),
-                    dead=depth(dead_letter_queue(queue)) if depth else None,
-                    consumers=sum(c for c in consumers if c is not None)
-                    if consumers and None not in consumers
-                    else None,
-                    processing=sample.in_flight.get(actor, 0.0) if sample and not sample.unreachable else None,
-                    rate_per_s=scrape.rate(self._previous, self._latest, "processed", actor) if self._latest else None,
-                    failed_per_s=scrape.rate(self._previous, self._latest, "failed", actor) if self._latest else None,
-                    oldest_age_s=max((sample.oldest_age_s.get(q, 0.0) for q in consume), default=None)
-                    if sample and any(q in sample.oldest_age_s for q in consume)
-                    else None,
-                )
-            )
-        note = unread_note(self.app.broker, {q.queue for q in queues if q.consumers == 0})
-        notes += [note] if note else []
-        now = time.time()
-        workers = worker_views(self.app.store.worker_beats(), self.app.settings.worker.heartbeat_s, now)
-        return Overview(tuple(queues), workers, tuple(notes), now)
-
-
-def worker_views(beats: list[WorkerBeat], interval_s: float, now: float) -> tuple[WorkerView, ...]:
-    """Worker processes by their heartbeats (beating every ``interval_s``), as listed (latest first)."""
-    now_ms = int(now * 1000)
-    processes = command_processes([beat for beat in beats if beat.alive(interval_s, now_ms)])
-    return tuple(
-        WorkerView(
-            beat=beat,
-            processes=processes.get((beat.host, beat.parent_pid), 1),
-            seen_s_ago=max(0.0, now - beat.beat_at_ms / 1000),
-            alive=beat.alive(interval_s, now_ms),
-        )
-        for beat in beats
-    )
-
-
-def _total(counts: list[int | None]) -> int | None:
-    """The sum of an actor's queues' counts (its partitions'), None when one of them is not known."""
-    return sum(c for c in counts if c is not None) if counts and None not in counts else None
+        """Every actor queue and the workers (see :class:`~pipelines.console.overview.QueuesOverview`)."""
+        return self._queues.overview()

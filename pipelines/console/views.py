@@ -1,7 +1,7 @@
 """What the console shows, as plain typed records: runs, steps, dead letters, queues and workers.
 
-:mod:`pipelines.console.data` makes them from the app; the pages print them and the API sends them as
-JSON (times in epoch milliseconds, durations in seconds).
+:mod:`pipelines.console.data` and :mod:`pipelines.console.overview` make them from the app; the pages
+print them and the API sends them as JSON (times in epoch milliseconds, durations in seconds).
 """
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.console.charts import Chart
 from pipelines.console.shape import ShapeNode
 from pipelines.store.base import WorkerBeat
+from pipelines.store.counts import ActorCounts
+from pipelines.store.step_history import AttemptLog, HistoryEntry
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class StepView:
     error: str | None
     worker: str | None
     """Who ran it, once the store records it (None until then)."""
+    history: tuple[HistoryEntry, ...] = ()
+    """Its attempts and replays, oldest first (errors and reasons masked)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,8 @@ class StepDetail:
     shown), or None when the store keeps none (first steps)."""
     result_json: str | None
     dead_letters: tuple[LetterView, ...]
+    logs: tuple[AttemptLog, ...] = ()
+    """What its attempts logged, oldest attempt first (the newest records the store keeps, masked)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,8 @@ class QueueView:
     rate_per_s: float | None
     failed_per_s: float | None
     oldest_age_s: float | None
+    last_hour: ActorCounts
+    """Its actor's messages in the last hour, from the counts the workers add to the run store."""
 
 
 @dataclass(frozen=True)
@@ -175,3 +184,5 @@ class Overview:
     workers: tuple[WorkerView, ...]
     notes: tuple[str, ...]
     sampled_at: float
+    charts: tuple[Chart, ...]
+    """Throughput, failures and processing time a minute over the last hour, every actor added up."""

@@ -115,6 +115,11 @@ def stamp(epoch_ms: int | None) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def clock(epoch_ms: int) -> str:
+    """A UTC time of day to the millisecond, for log records."""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("pipelines.console", "templates"),
@@ -123,7 +128,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters |= {"pretty": pretty, "ago": ago, "seconds": seconds_text, "stamp": stamp}
+    env.filters |= {"pretty": pretty, "ago": ago, "seconds": seconds_text, "stamp": stamp, "clock": clock}
     return env
 
 

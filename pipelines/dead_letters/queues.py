@@ -168,7 +168,8 @@ class DeadLetterQueues:
             raise CannotReplay(f"Dead letter {letter.id} is not a valid message ({letter.reason.error}); purge it.")
         address = StepAddress.of(letter.message)
         if address is not None:
-            outcome, state = self.store.reopen_step(address.run_id, address.node)
+            why = f"dead letter {letter.id} ({letter.reason.reason})"
+            outcome, state = self.store.reopen_step(address.run_id, address.node, reason=why)
             if outcome == "missing":
                 raise CannotReplay(f"Run {address.run_id} of dead letter {letter.id} is past its retention; purge it.")
             if outcome == "stopped":

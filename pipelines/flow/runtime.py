@@ -31,6 +31,7 @@ from pipelines.flow.step_messages import StepInput, step_messages
 from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.payloads.sealing import SealedFor, encrypts
 from pipelines.store.base import Advance, Claim
+from pipelines.store.step_history import AttemptLog
 from pipelines.wire import option_values as wire_options
 from pipelines.wire.codec import decode_value, encode_value
 from pipelines.wire.steps import Leaf, StepAddress
@@ -114,10 +115,12 @@ class Runtime(RunStarts):
         *,
         claim: int | None = None,
         local: LocalSteps | None = None,
+        logs: AttemptLog | None = None,
     ) -> Advance:
         """Record a step's result (JSON, from :meth:`result_json`) and publish what follows it; ``claim``
         is the claim the attempt ran under (``lost``: it was claimed again since, nothing is recorded).
-        With ``local``, what follows runs here instead when it can (``pipelines.flow.local_steps``).
+        With ``local``, what follows runs here instead when it can (``pipelines.flow.local_steps``);
+        ``logs``, what the attempt logged, is kept with the step.
 
         Raises:
             ServiceUnavailable: The store (or the broker) did not answer.
@@ -133,6 +136,7 @@ class Runtime(RunStarts):
             local=local.offer(message) if local is not None else None,
             local_after=message.after if isinstance(message, LocalDelivery) else None,
             worker=worker_id(),
+            logs=logs,
         )
         if advance.kind == "lost":
             self.lost(message, address)
@@ -213,12 +217,15 @@ class Runtime(RunStarts):
         *,
         final: bool,
         claim: int | None = None,
+        logs: AttemptLog | None = None,
     ) -> None:
-        """Record a failed attempt; a final one fails the run with ``error`` recorded. An attempt that lost
-        its ``claim`` records nothing (see :meth:`lost`)."""
+        """Record a failed attempt (and ``logs``, what it logged); a final one fails the run with ``error``
+        recorded. An attempt that lost its ``claim`` records nothing (see :meth:`lost`)."""
         text = f"{error_name(error)}: {error}"
         try:
-            created_at_ms = self.store.fail_step(address.run_id, address.node, text, final=final, claim=claim)
+            created_at_ms = self.store.fail_step(
+                address.run_id, address.node, text, final=final, claim=claim, logs=logs
+            )
         except ClaimLost:
             self.lost(message, address)
             return

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pipelines.dead_letters.reasons import DeadLetterReason
     from pipelines.handling.holds import Hold
     from pipelines.progress import Job
+    from pipelines.store.step_history import AttemptLog
 
 #: Where a proxy keeps its outcome (in its own ``__dict__``: the proxy forwards unknown names to the message).
 _SLOT = "_pipelines_outcome"
@@ -67,6 +68,8 @@ class Scratch:
     """The claim of the step it runs and its lease, kept by the process's heartbeat (``PipelineSteps``)."""
     key_claim: KeyClaim | None = None
     """The idempotency key claimed before it ran (``Idempotency``), recorded or released after."""
+    step_log: AttemptLog | None = None
+    """What the step logged while it ran (``StepLogs``), kept with its end by ``PipelineSteps``."""
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """Run stores: the Lua scripts in ``lua/``, run by Redis or by an in-process Redis, and PostgreSQL.
 
-``roles`` splits the store into the roles its consumers take, ``base`` holds the records they pass,
-``redis`` runs one script per decision and ``replies`` decodes each script's reply. ``memory://``
+``roles`` splits the store into the roles its consumers take, ``base`` holds the records they pass
+(``step_history`` what a step keeps beside its state: its attempts, replays and logs), ``redis`` runs
+one script per decision (``redis_reads`` reads runs) and ``replies`` decodes each script's reply. ``memory://``
 (the embedded mode: the demo's fallback, unit tests, ``pipelines.testing``) runs the same scripts on
 an in-process server of its own (``embedded``), so the Redis store's meaning is written once.
 ``postgres`` holds that meaning in SQL transactions, for what only a database can give (a run started
@@ -52,6 +53,7 @@ from pipelines.store.roles import (
     RunViews,
     ScheduleTicks,
     StallChecks,
+    StepLogs,
     StepProgress,
     StepReplays,
     StoreLifecycle,
@@ -80,6 +82,7 @@ __all__ = [
     "StallCheck",
     "StallChecks",
     "StalledGroup",
+    "StepLogs",
     "StepProgress",
     "StepReplays",
     "StepStatus",
@@ -96,7 +99,7 @@ def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
         ConfigError: A PostgreSQL URL, but psycopg is not installed.
     """
     if config.is_memory:
-        return embedded_store(namespace=namespace, retention_s=config.retention_s)
+        return embedded_store(namespace=namespace, retention_s=config.retention_s, step_logs=config.step_logs)
     if config.is_postgres:
         try:  # imported here: psycopg is an extra, and a Redis store's process never loads it
             from pipelines.store.postgres import PostgresRunStore
@@ -106,7 +109,11 @@ def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
                 "pip install 'rabbit-pipelines[postgres]'."
             ) from None
         return PostgresRunStore(
-            url=config.url, namespace=namespace, retention_s=config.retention_s, schema=config.postgres_schema
+            url=config.url,
+            namespace=namespace,
+            retention_s=config.retention_s,
+            schema=config.postgres_schema,
+            step_logs=config.step_logs,
         )
     return RedisRunStore(
         url=config.url,
@@ -114,4 +121,6 @@ def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
         retention_s=config.retention_s,
         wait_for_replicas=config.wait_for_replicas,
         replica_wait_ms=config.replica_wait_ms,
+        step_log_records=config.step_log_records,
+        step_log_bytes=config.step_log_bytes,
     )

@@ -17,6 +17,8 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from pipelines.store.step_history import HistoryEntry
+
 RunState = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 StepState = Literal["pending", "running", "retrying", "succeeded", "failed", "skipped"]
 FINAL_RUN_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
@@ -93,6 +95,8 @@ class StepStatus:
     progress_text: str | None = None
     worker: str | None = None
     """The worker whose claim started the latest attempt (``host:pid/thread``); None before one ran."""
+    history: tuple[HistoryEntry, ...] = ()
+    """Its attempts and replays, oldest first (the latest :data:`~pipelines.store.step_history.HISTORY_ENTRIES`)."""
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,14 @@
 Keys (all under ``<namespace>:run:<id>``, all with the retention TTL): the run hash, ``:steps``
 (step id → JSON state), ``:starts``/``:entries`` (where steps start: the first steps and each chain
 continuation), ``:inputs`` (what the steps that started there receive), ``:results`` (results of
-steps that feed a chain) and ``:bar:<id>`` (one hash per parallel node: member index → result). State
+steps that feed a chain), ``:bar:<id>`` (one hash per parallel node: member index → result) and
+``:logs`` (step id → its attempts' log records, :mod:`~pipelines.store.step_history`). State
 changes are published on the run key's channel, which is how ``wait`` blocks without polling. Each
 script's reply is decoded by its function in :mod:`pipelines.store.replies`.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, cast
@@ -18,11 +18,11 @@ from typing import Any, cast
 import orjson
 import redis
 from redis.cluster import RedisCluster
+from redis.commands.core import Script
 
 from pipelines.config.redis_urls import is_cluster_url, is_sentinel_url
 from pipelines.store import replies
 from pipelines.store.base import (
-    FINAL_RUN_STATES,
     Advance,
     Claim,
     DeadlineCheck,
@@ -30,28 +30,21 @@ from pipelines.store.base import (
     NewRun,
     Renewal,
     ReopenKind,
-    RunPage,
-    RunQuery,
-    RunState,
-    RunStatus,
     StallCheck,
 )
-from pipelines.store.feed import RedisRunFeed, wait_on_channel
-from pipelines.store.index import RunIndex
 from pipelines.store.redis_cluster import cluster_client
-from pipelines.store.redis_records import RedisRecords
+from pipelines.store.redis_reads import RedisRunReads
 from pipelines.store.redis_sentinel import sentinel_primary
 from pipelines.store.replica_wait import ReplicaWait
 from pipelines.store.scripting import Scripts
 from pipelines.store.stall_checks import LAPSE_MARGIN_MS, RunStalls
+from pipelines.store.step_history import AttemptLog
 from pipelines.store.thread_clients import ThreadClients
 from pipelines.wire.naming import (
     local_steps_key,
-    recent_runs_key,
     run_id_for_key,
-    run_key,
 )
-from pipelines.wire.steps import ROOT, Frame, frames_json
+from pipelines.wire.steps import Frame, frames_json
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
@@ -67,13 +60,14 @@ def _plain_client(url: str, **options: Any) -> redis.Redis:
     )
 
 
-class RedisRunStore(RedisRecords):
+class RedisRunStore(RedisRunReads):
     """Every role of :class:`~pipelines.store.roles.RunStore`, on Redis.
 
-    ``client`` is a client built already (the embedded mode's in-process server); ``url`` then only
-    names it in errors. With ``wait_for_replicas``, run creation, a step's completion or failure, a run's
-    end and an idempotency key recorded done wait up to ``replica_wait_ms`` for that many replicas
-    (:mod:`~pipelines.store.replica_wait`).
+        ``client`` is a client built already (the embedded mode's in-process server); ``url`` then only
+        names it in errors. A step keeps its newest log records, ``step_log_records`` and ``step_log_bytes``
+    at most over its attempts. With ``wait_for_replicas``, run creation, a step's completion or failure, a run's
+        end and an idempotency key recorded done wait up to ``replica_wait_ms`` for that many replicas
+        (:mod:`~pipelines.store.replica_wait`).
     """
 
     def __init__(
@@ -85,6 +79,8 @@ class RedisRunStore(RedisRecords):
         client: redis.Redis | RedisCluster | None = None,
         wait_for_replicas: int = 0,
         replica_wait_ms: int = 100,
+        step_log_records: int = 200,
+        step_log_bytes: int = 65_536,
     ) -> None:
         self._thread_clients: ThreadClients | None = None
         if client is None and is_cluster_url(url):
@@ -104,9 +100,8 @@ class RedisRunStore(RedisRecords):
             client, cluster=is_cluster_url(url), thread_clients=self._thread_clients, replica_wait=self.replica_wait
         )
         super().__init__(client=client, scripts=scripts, url=url, namespace=namespace, retention_ms=retention_s * 1000)
-        self._index = RunIndex(
-            client=self._redis, namespace=namespace, retention_ms=self._retention_ms, answering=self._answering
-        )
+        self._log_bounds = (step_log_records, step_log_bytes)
+        self._step_logs = self._scripts.register("step_logs")
         self._create = self._scripts.register("create")
         self._claim = self._scripts.register("claim")
         self._complete = self._scripts.register("complete")
@@ -123,9 +118,6 @@ class RedisRunStore(RedisRecords):
             retention_ms=self._retention_ms,
             answering=self._answering,
         )
-
-    def _key(self, run_id: str) -> str:
-        return run_key(self._namespace, run_id)
 
     def _create_arguments(self, run: NewRun) -> tuple[list[str], list[Any]]:
         if run.idempotency_key and run.run_id != run_id_for_key(self._namespace, run.idempotency_key):
@@ -181,31 +173,6 @@ class RedisRunStore(RedisRecords):
                 created = self._scripts.execute(fill, replicated=True)[: len(runs)]
         return [replies.create(reply) for reply in created]
 
-    def recent_runs(self, limit: int) -> list[str]:
-        with self._answering():
-            ids = self._redis.zrevrange(recent_runs_key(self._namespace), 0, limit - 1)
-        return [replies.text(run_id) for run_id in ids]
-
-    def run_ids_starting(self, prefix: str, *, limit: int) -> list[str]:
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
-        found: list[str] = []
-        with self._answering():
-            for run_id, _ in self._redis.zscan_iter(recent_runs_key(self._namespace), match=pattern):
-                found.append(replies.text(run_id))
-                if len(found) >= limit:
-                    break
-        return found
-
-    def find_runs(self, query: RunQuery, *, limit: int, cursor: str | None = None) -> RunPage:
-        run_id = self.run_for_key(query.key) if query.key is not None and cursor is None else None
-        return self._index.find(query, limit=limit, cursor=cursor, keyed_run=run_id)
-
-    def run_for_key(self, idempotency_key: str) -> str | None:
-        run_id = run_id_for_key(self._namespace, idempotency_key)
-        with self._answering():
-            exists = self._redis.exists(self._key(run_id))
-        return run_id if exists else None
-
     def claim_step(
         self,
         run_id: str,
@@ -234,6 +201,7 @@ class RedisRunStore(RedisRecords):
         local: LocalOffer | None = None,
         local_after: str | None = None,
         worker: str = "",
+        logs: AttemptLog | None = None,
     ) -> Advance:
         frames = frames_json(up)
         args: list[Any] = [node, value_json or "", frames, self._retention_ms, trace_parent, _claim(claim), worker]
@@ -242,36 +210,72 @@ class RedisRunStore(RedisRecords):
         index = local_steps_key(self._namespace)
         added = {f"{run_id} {node}": time.time() * 1000 + local.lease_ms + LAPSE_MARGIN_MS} if local else {}
         done = f"{run_id} {local_after}" if local_after is not None else None
-        if not added and done is None:
-            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True), run_id, node)
-        if self.replica_wait is not None and is_cluster_url(self._url):  # a cluster waits per primary: alone
-            self._index_local(index, added, done)
-            return replies.complete(self._run(self._complete, [self._key(run_id)], args, replicated=True), run_id, node)
 
         # The index of local steps is written in the same round trip, before the completion that may claim
         # one: a worker that dies right after the claim has it in the index already.
+        def index_local(pipe: Any) -> None:
+            if done is not None:
+                pipe.zrem(index, done)
+            if added:
+                pipe.zadd(index, cast(dict[Any, Any], added))
+
+        first = index_local if added or done is not None else None
+        reply = self._after(self._complete, run_id, args, logs=self._logs_call(node, claim, logs), first=first)
+        return replies.complete(reply, run_id, node)
+
+    def _logs_call(self, node: str, claim: int | None, logs: AttemptLog | None) -> list[Any] | None:
+        """The arguments of ``step_logs.lua`` that keep ``logs`` (None when there are none to keep)."""
+        if logs is None or not logs.records or self._log_bounds[0] == 0:
+            return None
+        return [node, _claim(claim), logs.to_json(), *self._log_bounds, self._retention_ms]
+
+    def _after(
+        self,
+        script: Script,
+        run_id: str,
+        args: list[Any],
+        *,
+        logs: list[Any] | None,
+        first: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """The reply of ``script`` (replicated) on ``run_id``'s key, sent in one round trip after what
+        ``first`` queues and the step's ``logs`` (``step_logs.lua``'s arguments). A Redis Cluster that
+        waits for replicas waits per primary: there the script goes alone, after the rest."""
+        keys = [self._key(run_id)]
+        if first is None and logs is None:
+            return self._run(script, keys, args, replicated=True)
+
+        def before(pipe: Any) -> None:
+            if first is not None:
+                first(pipe)
+            if logs is not None:
+                self._scripts.queue(pipe, self._step_logs, keys, logs)
+
         def fill(pipe: Any) -> None:
-            if done is not None:
-                pipe.zrem(index, done)
-            if added:
-                pipe.zadd(index, cast(dict[Any, Any], added))
-            self._scripts.queue(pipe, self._complete, [self._key(run_id)], args)
+            before(pipe)
+            self._scripts.queue(pipe, script, keys, args)
 
         with self._answering():
-            return replies.complete(self._scripts.execute(fill, replicated=True)[-1], run_id, node)
+            if self._scripts.waits_per_node:
+                answers = [*self._scripts.execute(before), self._scripts.run(script, keys, args, replicated=True)]
+            else:
+                answers = self._scripts.execute(fill, replicated=True)
+        if logs is not None:
+            replies.step_logs(answers[-2])
+        return answers[-1]
 
-    def _index_local(self, index: str, added: dict[str, float], done: str | None) -> None:
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=False)
-            if done is not None:
-                pipe.zrem(index, done)
-            if added:
-                pipe.zadd(index, cast(dict[Any, Any], added))
-            pipe.execute()
-
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
+    def fail_step(
+        self,
+        run_id: str,
+        node: str,
+        error: str,
+        *,
+        final: bool,
+        claim: int | None = None,
+        logs: AttemptLog | None = None,
+    ) -> int | None:
         args = [node, error, "1" if final else "0", self._retention_ms, _claim(claim)]
-        return replies.fail(self._run(self._fail, [self._key(run_id)], args, replicated=True))
+        return replies.fail(self._after(self._fail, run_id, args, logs=self._logs_call(node, claim, logs)))
 
     def fail_run(self, run_id: str, error: str) -> None:
         args = ["failed", error, self._retention_ms]
@@ -284,62 +288,8 @@ class RedisRunStore(RedisRecords):
         args = ["cancelled", "", self._retention_ms]
         return replies.finish(self._run(self._finish, [self._key(run_id)], args, replicated=True))
 
-    def get_run(self, run_id: str) -> RunStatus | None:
-        key = self._key(run_id)
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hgetall(key)
-            pipe.hgetall(key + ":steps")
-            pipe.lrange(key + ":reruns", 0, -1)
-            record, steps, reruns = cast(list[Any], pipe.execute())
-        return replies.run_status(record, steps, reruns)
-
-    def run_state(self, run_id: str) -> RunState | None:
-        with self._answering():
-            state = self._redis.hget(self._key(run_id), "status")
-        return cast(RunState, replies.text(state)) if state is not None else None
-
-    def wait_run(
-        self,
-        run_id: str,
-        timeout_s: float | None,
-        on_change: Callable[[RunStatus], None] | None = None,
-    ) -> RunStatus | None:
-        with self._answering():
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
-            wait_on_channel(
-                pubsub,
-                self._key(run_id),
-                ended=lambda: self.run_state(run_id) in (None, *FINAL_RUN_STATES),
-                read=lambda: self.get_run(run_id),
-                timeout_s=timeout_s,
-                on_change=on_change,
-            )
-        return self.get_run(run_id)
-
-    def run_feed(self) -> RedisRunFeed:
-        with self._answering():  # a Redis Cluster's client is made on first use, which may fail
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
-        return RedisRunFeed(pubsub, self._key, self._answering)
-
-    def run_continuations(self, run_id: str) -> dict[str, str]:
-        with self._answering():
-            starts = cast(dict[bytes, bytes], self._redis.hgetall(self._key(run_id) + ":starts"))
-        # The first steps are kept there too (for the stall sweep), under the root's id: not a continuation.
-        return {replies.text(node): replies.text(leaves) for node, leaves in starts.items() if node != ROOT.encode()}
-
-    def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
-        # Where complete.lua keeps a result: with the barrier of the parallel node a step is a direct
-        # member of, else with the chain results.
-        with self._answering():
-            if member_of is None:
-                value = self._redis.hget(self._key(run_id) + ":results", node)
-            else:
-                value = self._redis.hget(f"{self._key(run_id)}:bar:{member_of[0]}", str(member_of[1]))
-        return replies.text(value) if value is not None else None
-
-    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
-        return replies.reopen(self._run(self._reopen, [self._key(run_id)], [node, self._retention_ms]))
+    def reopen_step(self, run_id: str, node: str, *, reason: str = "") -> tuple[ReopenKind, str | None]:
+        return replies.reopen(self._run(self._reopen, [self._key(run_id)], [node, self._retention_ms, reason]))
 
     def report_progress(self, run_id: str, node: str, fraction: float | None, text: str) -> str | None:
         args = [node, "" if fraction is None else repr(float(fraction)), text]

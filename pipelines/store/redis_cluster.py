@@ -50,8 +50,11 @@ class _ClusterOnFirstUse:
         return getattr(self._made(), name)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        """Close the client; the next call makes a new one, as a client of one Redis connects again."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 def _make_cluster_client(url: str, timeout_s: float) -> RedisCluster:

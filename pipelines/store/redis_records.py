@@ -2,15 +2,14 @@
 long-running jobs, schedule ticks and rate-limit slots.
 
 Each record is a key of its own (named in :mod:`pipelines.wire.naming`), changed by one Lua script or
-one command, and decoded by its function in :mod:`pipelines.store.replies`. :class:`RedisRecords` also
-holds what every part of the Redis store shares: the client, the scripts, and how a call reports a
-Redis that does not answer.
+one command, and decoded by its function in :mod:`pipelines.store.replies`. What worker processes
+record (heartbeats, message counts) is in :mod:`pipelines.store.redis_workers`, with what every part of
+the Redis store shares.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
@@ -18,8 +17,8 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from pipelines.store import replies
-from pipelines.store.answering import answering
-from pipelines.store.base import KeyClaimKind, LeaseCheck, LeaseOpenKind, SlotTake, WorkerBeat
+from pipelines.store.base import KeyClaimKind, LeaseCheck, LeaseOpenKind, SlotTake
+from pipelines.store.redis_workers import RedisWorkerRecords
 from pipelines.store.scripting import Scripts
 from pipelines.wire.naming import (
     idempotency_record_key,
@@ -29,22 +28,17 @@ from pipelines.wire.naming import (
     schedule_key,
     sweep_key,
     tick_key,
-    worker_key,
-    workers_key,
 )
 
 
-class RedisRecords:
-    """The roles ``KeyClaims``, ``OnceMarks``, ``JobLeases``, ``ScheduleTicks``, ``RateSlots`` and
-    ``WorkerBeats`` on Redis."""
+class RedisRecords(RedisWorkerRecords):
+    """The roles ``KeyClaims``, ``OnceMarks``, ``JobLeases``, ``ScheduleTicks`` and ``RateSlots`` on Redis,
+    beside those of :class:`~pipelines.store.redis_workers.RedisWorkerRecords`."""
 
     def __init__(
         self, *, client: redis.Redis | RedisCluster, scripts: Scripts, url: str, namespace: str, retention_ms: int
     ) -> None:
-        self._redis = client
-        self._scripts = scripts
-        self._url = url
-        self._namespace = namespace
+        super().__init__(client=client, scripts=scripts, url=url, namespace=namespace)
         self._retention_ms = retention_ms
         self._key_claim = scripts.register("key_claim")
         self._key_release = scripts.register("key_release")
@@ -59,9 +53,6 @@ class RedisRecords:
         self._rate_take = scripts.register("rate_take")
         self._key_renew = scripts.register("key_renew")
         self._rerun_link = scripts.register("rerun_link")
-
-    def _answering(self) -> AbstractContextManager[None]:
-        return answering(self._url)
 
     def _run(self, script: Script, keys: list[str], args: list[Any], *, replicated: bool = False) -> Any:
         """``script``'s raw reply (for its decoder in :mod:`~pipelines.store.replies`); a ``replicated``
@@ -165,31 +156,3 @@ class RedisRecords:
     def link_rerun(self, run_id: str, rerun_id: str) -> None:
         # Beside the records: the link is a key of its own that extends the original run's key.
         replies.rerun_link(self._run(self._rerun_link, [run_key(self._namespace, run_id)], [rerun_id], replicated=True))
-
-    def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=False)  # two keys, two slots in a cluster: not atomic
-            pipe.set(worker_key(self._namespace, worker.worker_id), worker.to_json(), px=keep_ms)
-            pipe.zadd(workers_key(self._namespace), {worker.worker_id: worker.beat_at_ms})
-            pipe.execute()
-
-    def forget_worker(self, worker_id: str) -> None:
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.delete(worker_key(self._namespace, worker_id))
-            pipe.zrem(workers_key(self._namespace), worker_id)
-            pipe.execute()
-
-    def worker_beats(self) -> list[WorkerBeat]:
-        with self._answering():
-            ids = [replies.text(i) for i in self._redis.zrevrange(workers_key(self._namespace), 0, -1)]
-            if not ids:
-                return []
-            pipe = self._redis.pipeline(transaction=False)
-            for worker_id in ids:
-                pipe.get(worker_key(self._namespace, worker_id))
-            found = pipe.execute()
-            lapsed = [worker_id for worker_id, raw in zip(ids, found, strict=True) if raw is None]
-            if lapsed:  # kept long enough after their last beat: dropped
-                self._redis.zrem(workers_key(self._namespace), *lapsed)
-        return [WorkerBeat.from_json(raw) for raw in found if raw is not None]

@@ -33,6 +33,7 @@ from pipelines.store.base import (
     StepStatus,
     shown_step_state,
 )
+from pipelines.store.step_history import history_of
 from pipelines.wire.steps import AddressNotInPlan
 
 #: A runs page's cursor: the creation time (epoch ms) it stopped at, and how many entries at it it passed.
@@ -168,6 +169,11 @@ def key_finish(reply: Any) -> bool:
 def rerun_link(reply: Any) -> bool:
     """``rerun_link.lua``: whether the link was recorded (not when the original run is past its retention)."""
     return bool(reply)
+
+
+def counts_add(reply: Any) -> int:
+    """``counts_add.lua``: how many of the minute's fields it changed."""
+    return int(reply)
 
 
 def key_release(reply: Any) -> bool:
@@ -330,6 +336,11 @@ def parse_cursor(cursor: str | None) -> tuple[str, int]:
     return top, int(passed)
 
 
+def step_logs(reply: Any) -> int:
+    """``step_logs.lua``: how many attempts' logs the step keeps (0: none kept)."""
+    return int(reply)
+
+
 def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes], reruns: Sequence[bytes] = ()) -> RunStatus | None:
     """A run from its hash, its steps hash and its re-runs (``get_run``), or None when the run is unknown."""
     if not record:
@@ -359,6 +370,7 @@ def run_status(record: dict[bytes, bytes], steps: dict[bytes, bytes], reruns: Se
                 progress=data.get("p"),
                 progress_text=data.get("pt") or None,
                 worker=data.get("w") or None,
+                history=history_of(data.get("h")),
             )
         )
     step_list.sort(key=lambda s: [int(part) for part in s.node.split(".")])

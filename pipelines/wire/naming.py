@@ -174,6 +174,11 @@ def workers_key(namespace: str) -> str:
     return f"{namespace}:workers"
 
 
+def counts_key(namespace: str, minute_ms: int) -> str:
+    """Run-store key of the message counts of every actor in the minute starting at ``minute_ms`` (epoch ms)."""
+    return f"{namespace}:counts:{minute_ms}"
+
+
 def stall_sweep_key(namespace: str) -> str:
     """Run-store key of the stall sweep's clock: when it last looked, and since when without a gap."""
     return f"{namespace}:stalls"

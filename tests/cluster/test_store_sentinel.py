@@ -18,6 +18,7 @@ from pipelines.store import NewRun, RedisRunStore
 from tests.pipelines.store.conftest import chord_maker
 from tests.pipelines.store.test_job_leases import *  # noqa: F403
 from tests.pipelines.store.test_key_claims import *  # noqa: F403
+from tests.pipelines.store.test_message_counts import *  # noqa: F403
 from tests.pipelines.store.test_once_marks import *  # noqa: F403
 from tests.pipelines.store.test_rate_slots import *  # noqa: F403
 from tests.pipelines.store.test_run_deadlines import *  # noqa: F403
@@ -28,6 +29,7 @@ from tests.pipelines.store.test_run_steps import *  # noqa: F403
 from tests.pipelines.store.test_run_views import *  # noqa: F403
 from tests.pipelines.store.test_schedule_ticks import *  # noqa: F403
 from tests.pipelines.store.test_stall_checks import *  # noqa: F403
+from tests.pipelines.store.test_step_logs import *  # noqa: F403
 from tests.pipelines.store.test_step_progress import *  # noqa: F403
 from tests.pipelines.store.test_step_replays import *  # noqa: F403
 from tests.pipelines.store.test_store_lifecycle import *  # noqa: F403
@@ -62,6 +64,12 @@ def store(redis_sentinel: LocalSentinel, store_namespace: str) -> Iterator[Redis
     yield made
     made.delete_namespace()
     made.close()
+
+
+@pytest.fixture
+def script_store(store: RedisRunStore) -> RedisRunStore:
+    """The store behind Sentinel runs the Redis store's scripts: the tests of what only they do run on it too."""
+    return store
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ Chromium through Playwright, with the flags a root user in a container needs, an
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import threading
@@ -73,6 +74,8 @@ class Actors:
     """Encrypts: its arguments and result are sealed; a ``pan`` that is not digits fails it."""
     connect: dramatiq.Actor[Any, Any]
     """Fails as a database driver does, naming its URL with :data:`DB_PASSWORD` in it."""
+    notify: dramatiq.Actor[Any, Any]
+    """Only ever sent as a plain message (``send()``), in no run; a text starting "fail:" fails it."""
     broken: threading.Event = field(default_factory=threading.Event)
     """While set, ``flaky`` raises."""
     release: threading.Event = field(default_factory=threading.Event)
@@ -95,6 +98,7 @@ def declare_actors(app: App) -> Actors:
         return text
 
     def flaky(x: int) -> int:
+        logging.getLogger("tests.console").warning("asking the payment service about order %s", x)
         if broken.is_set():
             raise ConnectionError(f"the payment service refused order {x}")
         return x + 1
@@ -114,6 +118,10 @@ def declare_actors(app: App) -> Actors:
     def connect(database: str, *previous: Any) -> None:
         raise ConnectionError(f"could not connect to postgresql://orders:{DB_PASSWORD}@db.internal:5432/{database}")
 
+    def notify(text: str) -> None:
+        if text.startswith("fail:"):
+            raise ValueError(text)
+
     def declare(fn: Callable[..., Any], **options: Any) -> dramatiq.Actor[Any, Any]:
         made: dramatiq.Actor[Any, Any] = dramatiq.actor(
             broker=app.broker, actor_name=fn.__name__, queue_name="console", **options
@@ -128,6 +136,7 @@ def declare_actors(app: App) -> Actors:
         declare(slow),
         declare(vault, encrypt=True),
         declare(connect),
+        declare(notify),
         broken,
         release,
     )
@@ -147,7 +156,8 @@ class Console:
 
 def console_settings(metrics_port: int) -> Settings:
     """A fresh namespace on the real services: no retries (a failure is a dead letter at once), few delay
-    tiers, the worker's metrics (heartbeats every 0.5 s) where the console reads them, every run traced,
+    tiers, the worker's metrics where the console reads them (heartbeats, and those in the run store, every
+    0.5 s), every run traced,
     and a key to seal with."""
     return Settings.from_values(
         {
@@ -156,6 +166,7 @@ def console_settings(metrics_port: int) -> Settings:
             "store": {"url": REDIS_URL},
             "retries": {"max_retries": 0, "min_backoff_s": 0.05, "max_backoff_s": 0.2},
             "metrics": {"enabled": True, "multiprocess": False, "heartbeat_interval_s": 0.5},
+            "worker": {"heartbeat_s": 0.5},
             "telemetry": {"enabled": True, "sample_ratio": 1.0},
             "encryption": {"keys": [Fernet.generate_key().decode()]},
             "ui": {

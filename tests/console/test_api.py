@@ -406,6 +406,12 @@ def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
     assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
 
 
+def counted(overview: dict[str, Any], actor: str) -> dict[str, Any] | None:
+    """An actor's counts of the last hour in ``/api/queues`` (None while it has processed nothing)."""
+    found: dict[str, Any] = next(q for q in overview["queues"] if q["actor"] == actor)["last_hour"]
+    return found if found["processed"] else None
+
+
 def test_workers_show_by_their_heartbeat_in_the_run_store_without_metrics(
     delete_namespace: Callable[[str], None],
 ) -> None:
@@ -426,7 +432,7 @@ def test_workers_show_by_their_heartbeat_in_the_run_store_without_metrics(
             slow = app.start(step(actors.slow, 60.0))
             deadline = time.monotonic() + 30
             shown = client.get("/api/queues").json()
-            while not (shown["workers"] and shown["workers"][0]["beat"]["running"]):
+            while not (shown["workers"] and shown["workers"][0]["beat"]["running"] and counted(shown, "echo")):
                 assert time.monotonic() < deadline, shown["workers"]
                 shown = client.get("/api/queues").json()
             page = client.get("/queues").text
@@ -448,6 +454,15 @@ def test_workers_show_by_their_heartbeat_in_the_run_store_without_metrics(
     assert beat["running"] == [f"slow {slow.id}/0.0"]
     assert {"console", "pipelines"} <= set(beat["queues"])
     assert any("No metrics endpoint" in note for note in shown["notes"])
+    # The last hour's counts and charts come from the heartbeats too.
+    echo, double = counted(shown, "echo"), counted(shown, "double")
+    assert echo is not None
+    assert double is not None
+    assert (echo["processed"], echo["failed"], echo["dead_lettered"], double["processed"]) == (1, 1, 1, 1)
+    charts = {chart["name"]: chart for chart in shown["charts"]}
+    assert set(charts) == {"throughput", "failures", "latency"}
+    assert [s["total"] for s in charts["failures"]["series"]] == [1, 1]
+    assert len(charts["throughput"]["series"][0]["values"]) == 61  # the last hour and the minute under way
     assert "1 \u00d7 2" in page
     assert f"slow {slow.id}/0.0" in page
     assert after_stop == []  # a worker that stops removes its heartbeat

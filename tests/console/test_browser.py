@@ -132,6 +132,27 @@ def test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed(console: Cons
     expect(page.get_by_label("Result")).to_contain_text("84")
     shoot("replayed")
 
+    page.goto(f"{console.url}/runs/{run.id}?step=0.0")
+    detail = page.get_by_label("Step")
+    history = detail.locator("table.history tr[data-kind]")
+    expect(history).to_have_count(3)
+    expect(history.nth(0)).to_contain_text("Attempt 1")
+    expect(history.nth(0).locator(".state")).to_have_text("failed")
+    expect(detail.locator("table.history tr.error")).to_have_text(
+        "ConnectionError: the payment service refused order 41"
+    )
+    expect(history.nth(1)).to_contain_text("Replayed")
+    expect(history.nth(1)).to_contain_text("(retries exhausted)")
+    expect(history.nth(2).locator(".state")).to_have_text("succeeded")
+    logs = detail.locator("details.logs")
+    expect(logs).to_have_count(2)
+    asked = "WARNING tests.console  asking the payment service about order 41"
+    expect(logs.nth(0).locator(".record").first).to_contain_text(asked)
+    expect(logs.nth(0).locator(".record.lv-error")).to_contain_text("Traceback")
+    expect(logs.nth(1).locator(".record")).to_have_count(1)
+    expect(logs.nth(1)).to_have_attribute("open", "")
+    shoot("history-and-logs")
+
 
 def dead_letters_of(console: Console, actor: str, runs: list[Any]) -> None:
     """Wait until each of ``runs`` (failed at ``actor``) has its dead letter (published after the run fails)."""
@@ -304,6 +325,34 @@ def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> N
         assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
         console.app.start(step(console.actors.double, 1)).wait(timeout_s=30)
     shoot("queues")
+
+
+def test_plain_messages_are_counted_on_the_queues_page_which_leads_to_their_dead_letters(
+    console: Console, page: Any, shoot: Shoot
+) -> None:
+    notify = console.actors.notify
+    sent = [notify.send("hello"), notify.send("hi"), notify.send("fail: a plain message")]  # in no run
+
+    page.goto(f"{console.url}/queues")
+    row = page.locator("table.queues tr[data-queue]", has=page.get_by_role("cell", name="notify", exact=True))
+    expect(row.locator("[data-count=processed]")).to_have_text("3")
+    expect(row.locator("[data-count=failed]")).to_have_text("1")
+    expect(row.locator("[data-count=dead-lettered]")).to_have_text("1")
+    expect(row.locator("[data-count=mean]")).to_have_text(re.compile(r"\d+ ms|\d+\.\d s"))
+    throughput = page.locator("figure[data-chart=throughput]")
+    expect(throughput.locator("path[data-series=processed]")).to_have_attribute("d", re.compile(r"^M[\d.]+,[\d.]+"))
+    assert float(throughput.locator(".key").get_attribute("data-total") or 0) >= 3
+    failures = page.locator("figure[data-chart=failures] .key[data-series=dead-lettered]")
+    assert float(failures.get_attribute("data-total") or 0) >= 1
+    expect(page.locator("figure[data-chart=latency] path[data-series=slowest]")).to_have_attribute("d", re.compile("M"))
+    shoot("queues-last-hour")
+
+    row.locator("a.lettered").click()
+    expect(page).to_have_url(re.compile(r"/dead-letters\?queue=notify$"))
+    letter = page.locator(f"tr[data-letter='{sent[2].message_id}']")
+    expect(letter).to_contain_text("ValueError: fail: a plain message")
+    expect(letter.locator("td").nth(3)).to_have_text("\u2013")  # no run: a plain message
+    shoot("plain-dead-letter")
 
 
 def test_a_chord_under_way_as_the_readme_pictures_it(console: Console, page: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from pipelines.console.data import worker_views
+from pipelines.console.overview import worker_views
 from pipelines.store import embedded_store
 from pipelines.store.base import WorkerBeat
 

@@ -23,6 +23,7 @@ from pipelines.middleware import (
     RateLimits,
     Schedules,
     StalledRuns,
+    StepLogs,
     Timeout,
     Tracing,
 )
@@ -51,6 +52,7 @@ def test_the_middleware_run_in_one_documented_order() -> None:
         RateLimits,
         Idempotency,
         PipelineSteps,
+        StepLogs,
         StalledRuns,
         Leases,
         Backoff,

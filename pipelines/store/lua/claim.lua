@@ -3,6 +3,7 @@
 -- (a newer attempt than the one holding the lease is that attempt's retry, not a duplicate),
 -- the worker claiming it (host:pid/thread; kept as the step's worker, '' records none),
 -- then, for a message's claim, the message's actor and its step's ancestors (frames json) as it carries them
+-- The attempt is added to the step's history (h).
 -- Returns {'run', attempt} | {'done'} | {'stopped', run_status} | {'busy', wait_ms} | {'missing'}
 --       | {'malformed', why}: the message's actor or address is not the stored plan's (nothing changes)
 local run = KEYS[1]
@@ -38,6 +39,10 @@ step.t0 = step.t0 or now
 step.l = now + tonumber(ARGV[2])
 step.loc = nil  -- claimed from a delivery: RabbitMQ redelivers it if this worker dies
 if ARGV[4] and ARGV[4] ~= '' then step.w = ARGV[4] end
+-- The step's history (step_history.py): this attempt, the latest 20 attempts and replays kept
+step.h = step.h or {}
+table.insert(step.h, {n = step.n, a = now, w = ARGV[4] ~= '' and ARGV[4] or nil})
+if #step.h > 20 then table.remove(step.h, 1) end
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 if status == 'pending' then
   redis.call('HSET', run, 'status', 'running', 'started_at', now, 'touched', now)

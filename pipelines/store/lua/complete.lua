@@ -9,6 +9,7 @@
 --       | {'local', step id, value, leaves json, released, member trace parents, chord wait ms, claim}
 --       | {'duplicate'} | {'stopped', run_status} | {'missing'} | {'lost'}
 --       | {'malformed', why}: the frames are not the step's ancestors in the stored plan (nothing changes)
+-- (the step's latest attempt in its history (h) ends 'succeeded'; a step claimed here starts one)
 -- ('local' is 'start' with the one step of the continuation claimed for this worker: complete-and-claim)
 -- (released is 1 when the step released a barrier; then member trace parents and chord wait describe
 -- the last one it released)
@@ -37,6 +38,8 @@ if not redrive then
   if ARGV[7] and ARGV[7] ~= '' then step.w = ARGV[7] end
   step.l = nil
   step.e = nil
+  local attempt = step.h and step.h[#step.h]
+  if attempt and attempt.n == step.n and not attempt.o then attempt.b, attempt.o = now, 'succeeded' end
   redis.call('HSET', run .. ':steps', node, cjson.encode(step))
   redis.call('HINCRBY', run, 'done', 1)
   redis.call('HSET', run, 'touched', now)
@@ -90,6 +93,9 @@ local function claim_here(leaves)
   next_step.l = now + tonumber(ARGV[9])
   next_step.loc = 1  -- claimed here, not from a delivery: the lapse sweep publishes it if its worker dies
   if ARGV[7] ~= '' then next_step.w = ARGV[7] end
+  next_step.h = next_step.h or {}
+  table.insert(next_step.h, {n = next_step.n, a = now, w = ARGV[7] ~= '' and ARGV[7] or nil})
+  if #next_step.h > 20 then table.remove(next_step.h, 1) end
   redis.call('HSET', run .. ':steps', leaf.node, cjson.encode(next_step))
   return next_step.n
 end
@@ -149,7 +155,8 @@ end
 
 redis.call('HSET', run, 'status', 'succeeded', 'result', value, 'finished_at', now)
 redis.call('PUBLISH', run, 'succeeded')
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
+    run .. ':logs'}) do
   redis.call('PEXPIRE', key, ttl)
 end
 return {'done', value, redis.call('HGET', run, 'created_at'), released, links, wait}

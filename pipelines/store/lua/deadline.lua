@@ -21,6 +21,10 @@ for i = 1, #steps, 2 do
     step.e = 'deadline exceeded'
     step.t1 = now
     step.l = nil
+    local attempt = step.h and step.h[#step.h]
+    if attempt and attempt.n == step.n and not attempt.o then
+      attempt.b, attempt.o, attempt.e = now, 'failed', step.e
+    end
     redis.call('HSET', run .. ':steps', steps[i], cjson.encode(step))
   end
 end
@@ -28,7 +32,8 @@ table.sort(running)
 local named = running[1] or ''
 redis.call('HSET', run, 'status', 'failed', 'error', 'deadline exceeded', 'finished_at', now)
 if named ~= '' then redis.call('HSET', run, 'failed_step', named) end
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
+    run .. ':logs'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[1]))
 end
 redis.call('PUBLISH', run, 'failed')

@@ -1,6 +1,7 @@
 -- Record a failed attempt of a step; a final failure fails the run (the first one wins).
 -- KEYS[1] run key; ARGV: step id, error text, final ('1' | '0'), retention_ms,
 --       the claim the attempt ran under ('' for a failure found before any claim)
+-- The attempt ends in the step's history (h) as 'retrying' or 'failed', with its error.
 -- Returns {1, created_at} when this failure failed the run, {-1} when the attempt had lost its claim
 -- (a later claim holds the step: its failure is not recorded), else {0}
 local run = KEYS[1]
@@ -23,12 +24,17 @@ if ARGV[3] == '1' then
 else
   step.s = 'retrying'
 end
+local attempt = step.h and step.h[#step.h]
+if attempt and attempt.n == step.n and not attempt.o then
+  attempt.b, attempt.o, attempt.e = now, step.s, string.sub(ARGV[2], 1, 500)
+end
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 local failed_run = 0
 if ARGV[3] == '1' and (status == 'pending' or status == 'running') then
   failed_run = 1
   redis.call('HSET', run, 'status', 'failed', 'error', ARGV[2], 'failed_step', ARGV[1], 'finished_at', now)
-  for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
+  for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
+    run .. ':logs'}) do
     redis.call('PEXPIRE', key, tonumber(ARGV[4]))
   end
 end

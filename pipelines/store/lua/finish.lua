@@ -7,7 +7,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', run, 'status', ARGV[1], 'finished_at', now)
 if ARGV[2] ~= '' then redis.call('HSET', run, 'error', ARGV[2]) end
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
+    run .. ':logs'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[3]))
 end
 redis.call('PUBLISH', run, ARGV[1])

@@ -1,5 +1,5 @@
 -- Reopen a dead-lettered step for replay: the step may run again, and a run that failed runs again.
--- KEYS[1] run key; ARGV: step id, retention_ms
+-- KEYS[1] run key; ARGV: step id, retention_ms, why it is replayed (kept in the step's history, h)
 -- Returns {'reopened'} | {'done'} (the step had succeeded) | {'stopped', run_status} | {'missing'}
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
@@ -15,14 +15,18 @@ elseif status ~= 'pending' and status ~= 'running' then
   return {'stopped', status}
 end
 local t = redis.call('TIME')
-redis.call('HSET', run, 'touched', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', run, 'touched', now)
+step.h = step.h or {}
+table.insert(step.h, {r = ARGV[3] or '', a = now})
+if #step.h > 20 then table.remove(step.h, 1) end
 step.s = 'retrying'
 step.e = nil
 step.l = nil
 step.t1 = nil
 redis.call('HSET', run .. ':steps', ARGV[1], cjson.encode(step))
 for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
-    run .. ':reruns'}) do
+    run .. ':reruns', run .. ':logs'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[2]))
 end
 redis.call('PUBLISH', run, 'reopened')

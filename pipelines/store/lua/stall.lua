@@ -84,7 +84,8 @@ for _, id in ipairs(idle) do
 end
 redis.call('HSET', run, 'status', 'failed', 'error', why, 'finished_at', now)
 if named ~= '' then redis.call('HSET', run, 'failed_step', named) end
-for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs'}) do
+for _, key in ipairs({run, run .. ':steps', run .. ':starts', run .. ':entries', run .. ':results', run .. ':inputs',
+    run .. ':logs'}) do
   redis.call('PEXPIRE', key, tonumber(ARGV[4]))
 end
 redis.call('PUBLISH', run, 'failed')

@@ -15,9 +15,11 @@ module           what it holds
 ``connection``   the pool, the first call's migration, PostgreSQL's failures as ``StoreUnavailable``
 ``steps``        runs created; steps claimed, failed, reopened, renewed; deadlines; progress
 ``completion``   a step's completion and what follows it
+``step_history`` a step's history of attempts and replays, its attempts' logs
 ``views``        runs read, awaited, found; plans and results
 ``feed``         notifications of run changes
-``records``      idempotency keys, once marks, job leases, schedule ticks, rate slots, heartbeats
+``records``      idempotency keys, once marks, job leases, schedule ticks, rate slots
+``workers``      worker processes' heartbeats and message counts
 ``stalls``       keep-alives, the stall sweep and the lapse sweep
 ================ ====================================================================================
 """
@@ -30,21 +32,35 @@ from pipelines.store.postgres.records import Records
 from pipelines.store.postgres.stalls import RunStalls
 from pipelines.store.postgres.steps import RunSteps
 from pipelines.store.postgres.views import RunViews
+from pipelines.store.postgres.workers import WorkerRecords
+from pipelines.store.step_history import STEP_LOG_BOUNDS
 
 #: The schema the store's tables live in unless ``store.postgres_schema`` names another.
 DEFAULT_SCHEMA = "pipelines"
 
 
-class PostgresRunStore(RunSteps, StepCompletion, RunViews, Records, RunStalls):
+class PostgresRunStore(RunSteps, StepCompletion, RunViews, Records, WorkerRecords, RunStalls):
     """Every role of :class:`~pipelines.store.roles.RunStore`, on PostgreSQL.
 
     Nothing connects until the first call, which creates or upgrades the store's tables in ``schema``
-    when they lag behind this release (:meth:`migrate` does it on its own).
+    when they lag behind this release (:meth:`migrate` does it on its own). A step keeps its newest log
+    records, ``step_logs`` (records, bytes) at most over its attempts.
     """
 
-    def __init__(self, *, url: str, namespace: str, retention_s: int, schema: str = DEFAULT_SCHEMA) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        namespace: str,
+        retention_s: int,
+        schema: str = DEFAULT_SCHEMA,
+        step_logs: tuple[int, int] = STEP_LOG_BOUNDS,
+    ) -> None:
         super().__init__(
-            connections=Connections(url=url, schema=schema), namespace=namespace, retention_ms=retention_s * 1000
+            connections=Connections(url=url, schema=schema),
+            namespace=namespace,
+            retention_ms=retention_s * 1000,
+            step_logs=step_logs,
         )
 
     @property

@@ -1,7 +1,7 @@
 """A step's completion on PostgreSQL: its result recorded and what follows decided in one transaction with
 the run's row locked, as ``complete.lua`` decides it (read it for the why of each rule): the chain's next
 step handed out (or claimed here, for the worker that finished this one), a barrier waited on or released,
-the run done."""
+the run done; with the attempt's logs kept and its history entry ended (a step claimed here starts one)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 
 from pipelines.store.base import Advance, LocalOffer
-from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor, Part
+from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor
+from pipelines.store.postgres.step_history import CLAIM_ENTRY, StepLogs, appended, end, ended
 from pipelines.store.stall_checks import LAPSE_MARGIN_MS
+from pipelines.store.step_history import AttemptLog
 from pipelines.wire.steps import AddressNotInPlan, Frame, frames_json
 
 
@@ -29,6 +31,7 @@ class _Completion:
     claim: int | None
     local: LocalOffer | None
     worker: str
+    logs: AttemptLog | None
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class _Released:
     wait_ms: int
 
 
-class StepCompletion(Part):
+class StepCompletion(StepLogs):
     """``RunSteps.complete_step`` on PostgreSQL."""
 
     def complete_step(
@@ -54,8 +57,9 @@ class StepCompletion(Part):
         local: LocalOffer | None = None,
         local_after: str | None = None,
         worker: str = "",
+        logs: AttemptLog | None = None,
     ) -> Advance:
-        call = _Completion(run_id, node, up, value_json, trace_parent, claim, local, worker)
+        call = _Completion(run_id, node, up, value_json, trace_parent, claim, local, worker, logs)
         with self._c.transaction() as cur:
             if local_after is not None:  # the local step ends: its entry in the index of local steps too
                 cur.execute(
@@ -111,6 +115,7 @@ class StepCompletion(Part):
             raise AddressNotInPlan(call.run_id, call.node, f"its ancestors are not the plan's {step['up']}")
         if call.claim is not None and step["attempts"] != call.claim:
             return Advance("lost")
+        self._keep_logs(cur, call.run_id, call.node, call.logs)
         redrive = step["state"] == "succeeded"
         if step["state"] == "failed" and run["status"] not in GOING:  # failed while it ran: its run ended
             return Advance("stopped")
@@ -126,8 +131,9 @@ class StepCompletion(Part):
         """The step succeeded."""
         cur.execute(
             f"UPDATE {self._s}.steps SET state = 'succeeded', finished_at = %s, worker = coalesce(nullif(%s, ''), "
-            "worker), lease_until = NULL, error = NULL WHERE ns = %s AND run_id = %s AND node = %s",
-            [now, call.worker, self._ns, call.run_id, call.node],
+            f"worker), lease_until = NULL, error = NULL, history = {ended()} WHERE ns = %s AND run_id = %s AND "
+            "node = %s",
+            [now, call.worker, end(now, "succeeded"), self._ns, call.run_id, call.node],
         )
         cur.execute(
             f"UPDATE {self._s}.runs SET done = done + 1, touched = %s WHERE ns = %s AND run_id = %s",
@@ -256,8 +262,9 @@ class StepCompletion(Part):
         cur.execute(
             f"UPDATE {self._s}.steps SET state = 'running', attempts = attempts + 1, started_at = "
             "coalesce(started_at, %s), lease_until = %s, claimed_here = true, worker = coalesce(nullif(%s, ''), "
-            "worker) WHERE ns = %s AND run_id = %s AND node = %s AND state = 'pending' RETURNING attempts",
-            [now, now + call.local.lease_ms, call.worker, self._ns, call.run_id, node],
+            f"worker), history = {appended(CLAIM_ENTRY)} WHERE ns = %s AND run_id = %s AND node = %s AND "
+            "state = 'pending' RETURNING attempts",
+            [now, now + call.local.lease_ms, call.worker, now, call.worker, self._ns, call.run_id, node],
         )
         row = cur.fetchone()
         return int(row["attempts"]) if row is not None else None

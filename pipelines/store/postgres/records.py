@@ -1,5 +1,6 @@
 """The PostgreSQL store's keyed records beside the runs: idempotency keys, once marks, the leases of
-long-running jobs, schedule ticks, rate-limit slots and worker heartbeats. Each decision is one statement
+long-running jobs, schedule ticks and rate-limit slots (worker processes' records are in
+:mod:`~pipelines.store.postgres.workers`). Each decision is one statement
 or one transaction, with the meaning of its Lua script (``key_claim.lua``, ``lease_take.lua``,
 ``tick_sweep.lua``, ``rate_take.lua``, ...). A record past its ``expires_at`` is as good as deleted (the
 Redis key's expiry): every read and decision ignores it, and a start deletes such rows now and then."""
@@ -9,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipelines.store.base import KeyClaimKind, LeaseCheck, LeaseOpenKind, SlotTake, WorkerBeat
+from pipelines.store.base import KeyClaimKind, LeaseCheck, LeaseOpenKind, SlotTake
 from pipelines.store.postgres.shared import NOW_MS, Cursor, Part
 
 
 class Records(Part):
-    """``KeyClaims``, ``OnceMarks``, ``JobLeases``, ``ScheduleTicks``, ``RateSlots`` and ``WorkerBeats``."""
+    """``KeyClaims``, ``OnceMarks``, ``JobLeases``, ``ScheduleTicks`` and ``RateSlots``."""
 
     def _now(self, cur: Cursor) -> int:
         cur.execute(f"SELECT {NOW_MS} AS now")
@@ -303,25 +304,3 @@ class Records(Part):
                 slot = max(tat, free_at)
                 self._set_rate(cur, key, next_free=slot + interval_ms, next_free_expires=slot + interval_ms + grace_ms)
             return SlotTake(wait_ms=slot - now, slot_ms=slot)
-
-    def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
-        with self._c.connection() as conn:
-            conn.execute(
-                f"INSERT INTO {self._s}.workers (ns, worker_id, beat, beat_at, expires_at) VALUES (%s, %s, %s, %s, "
-                f"{NOW_MS} + %s) ON CONFLICT (ns, worker_id) DO UPDATE SET beat = excluded.beat, beat_at = "
-                "excluded.beat_at, expires_at = excluded.expires_at",
-                [self._ns, worker.worker_id, worker.to_json().decode(), worker.beat_at_ms, keep_ms],
-            )
-
-    def forget_worker(self, worker_id: str) -> None:
-        with self._c.connection() as conn:
-            conn.execute(f"DELETE FROM {self._s}.workers WHERE ns = %s AND worker_id = %s", [self._ns, worker_id])
-
-    def worker_beats(self) -> list[WorkerBeat]:
-        with self._c.transaction() as cur:
-            cur.execute(
-                f"SELECT beat FROM {self._s}.workers WHERE ns = %s AND expires_at > {NOW_MS} "
-                "ORDER BY beat_at DESC, worker_id DESC",
-                [self._ns],
-            )
-            return [WorkerBeat.from_json(row["beat"]) for row in cur.fetchall()]

@@ -3,7 +3,10 @@
 Every table has the namespace as the first column of its key, so several namespaces share one schema as
 they share one Redis. Times are epoch milliseconds (``bigint``) on the database's clock, as the Redis
 store's are on Redis's. A run's rows besides its record (steps, where steps start, inputs, results,
-barriers) go with it: deleted with the run, kept as long as it is (``runs.expires_at``).
+barriers, its steps' logs) go with it: deleted with the run, kept as long as it is (``runs.expires_at``).
+A step's history is a column of its row (``steps.history``: the entries of
+:mod:`~pipelines.store.step_history`, as the Redis store keeps them); message counts are a row per
+minute (``count_minutes``, kept until its ``expires_at``) with a row per actor (``counts``).
 
 :func:`migrate` applies the migrations the schema lacks, in one transaction under an advisory lock (two
 processes starting at once migrate once); ``pipelines store migrate`` runs it, and so does a store's
@@ -185,6 +188,41 @@ CREATE TABLE {s}.workers (
     beat_at bigint NOT NULL,
     expires_at bigint NOT NULL,
     PRIMARY KEY (ns, worker_id)
+);
+""",
+    ),
+    (
+        2,
+        """
+ALTER TABLE {s}.steps ADD COLUMN history jsonb NOT NULL DEFAULT '[]';
+
+CREATE TABLE {s}.step_logs (
+    ns text NOT NULL,
+    run_id text NOT NULL,
+    node text NOT NULL,
+    logs text NOT NULL,
+    PRIMARY KEY (ns, run_id, node),
+    FOREIGN KEY (ns, run_id) REFERENCES {s}.runs ON DELETE CASCADE
+);
+
+CREATE TABLE {s}.count_minutes (
+    ns text NOT NULL,
+    minute bigint NOT NULL,
+    expires_at bigint NOT NULL,
+    PRIMARY KEY (ns, minute)
+);
+
+CREATE TABLE {s}.counts (
+    ns text NOT NULL,
+    minute bigint NOT NULL,
+    actor text NOT NULL,
+    processed bigint NOT NULL,
+    failed bigint NOT NULL,
+    dead bigint NOT NULL,
+    ms bigint NOT NULL,
+    slowest bigint NOT NULL,
+    PRIMARY KEY (ns, minute, actor),
+    FOREIGN KEY (ns, minute) REFERENCES {s}.count_minutes ON DELETE CASCADE
 );
 """,
     ),

@@ -1,5 +1,5 @@
-"""What every part of the PostgreSQL store shares: its connections, namespace and retention, a run's row
-locked for a decision, and the notification that tells waiters a run changed."""
+"""What every part of the PostgreSQL store shares: its connections, namespace, retention and bounds of
+steps' logs, a run's row locked for a decision, and the notification that tells waiters a run changed."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from psycopg.rows import dict_row
 from pipelines.store.base import FINAL_RUN_STATES
 from pipelines.store.postgres.connection import Connections, Cursor
 from pipelines.store.postgres.schema import NOW_MS
+from pipelines.store.step_history import STEP_LOG_BOUNDS
 
 #: Run states in which a run still goes.
 GOING = ("pending", "running")
@@ -23,12 +24,21 @@ def channel_of(schema: str) -> str:
 
 
 class Part:
-    """A part of the store: its connections, namespace and retention (ms)."""
+    """A part of the store: its connections, namespace and retention (ms), and the most log records and
+    bytes a step keeps (``step_logs``)."""
 
-    def __init__(self, *, connections: Connections, namespace: str, retention_ms: int) -> None:
+    def __init__(
+        self,
+        *,
+        connections: Connections,
+        namespace: str,
+        retention_ms: int,
+        step_logs: tuple[int, int] = STEP_LOG_BOUNDS,
+    ) -> None:
         self._c = connections
         self._ns = namespace
         self._retention_ms = retention_ms
+        self._log_bounds = step_logs
         self._s = connections.s
         self._channel = channel_of(connections.schema)
 

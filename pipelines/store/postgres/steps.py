@@ -1,6 +1,7 @@
 """Runs created and their steps claimed, failed, reopened and kept, each decision one transaction with
 the run's row locked: the meaning of ``create.lua``, ``claim.lua``, ``fail.lua``, ``finish.lua``,
-``deadline.lua``, ``progress.lua``, ``reopen.lua`` and ``step_renew.lua`` (read them for the why)."""
+``deadline.lua``, ``progress.lua``, ``reopen.lua`` and ``step_renew.lua`` (read them for the why), each
+step's history kept as they keep it (:mod:`~pipelines.store.postgres.step_history`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from psycopg.rows import dict_row
 
 from pipelines.errors import ClaimLost
 from pipelines.store.base import Claim, DeadlineCheck, NewRun, Renewal, ReopenKind
-from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor, Part
+from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor
+from pipelines.store.postgres.step_history import CLAIM_ENTRY, REPLAY_ENTRY, StepLogs, appended, end, ended
+from pipelines.store.step_history import AttemptLog
 from pipelines.wire.naming import run_id_for_key
 from pipelines.wire.steps import ROOT, AddressNotInPlan, Frame, frames_json
 
@@ -19,7 +22,7 @@ from pipelines.wire.steps import ROOT, AddressNotInPlan, Frame, frames_json
 PURGE_EVERY_S = 1.0
 
 
-class RunSteps(Part):
+class RunSteps(StepLogs):
     """``RunSteps`` (less the completion), ``StepProgress``, ``StepReplays`` and ``Holds`` on PostgreSQL."""
 
     _purged_at = -PURGE_EVERY_S
@@ -45,7 +48,7 @@ class RunSteps(Part):
         if time.monotonic() - self._purged_at < min(PURGE_EVERY_S, self._retention_ms / 10_000):
             return
         self._purged_at = time.monotonic()
-        for table in ("runs", "key_claims", "once_marks", "job_leases", "ticks", "workers"):
+        for table in ("runs", "key_claims", "once_marks", "job_leases", "ticks", "workers", "count_minutes"):
             cur.execute(f"DELETE FROM {self._s}.{table} WHERE ns = %s AND expires_at <= {NOW_MS}", [self._ns])
 
     def _create(self, cur: Cursor, run: NewRun) -> tuple[str, bool]:
@@ -133,8 +136,9 @@ class RunSteps(Part):
                 run_id,
                 node,
                 "state = 'running', attempts = attempts + 1, started_at = coalesce(started_at, %s), "
-                "lease_until = %s, claimed_here = false, worker = coalesce(nullif(%s, ''), worker)",
-                [now, now + lease_ms, worker],
+                f"lease_until = %s, claimed_here = false, worker = coalesce(nullif(%s, ''), worker), "
+                f"history = {appended(CLAIM_ENTRY)}",
+                [now, now + lease_ms, worker, now, worker],
             )
             cur.execute(
                 f"UPDATE {self._s}.runs SET status = 'running', started_at = coalesce(started_at, %s), touched = %s "
@@ -150,7 +154,16 @@ class RunSteps(Part):
             [*values, self._ns, run_id, node],
         )
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
+    def fail_step(
+        self,
+        run_id: str,
+        node: str,
+        error: str,
+        *,
+        final: bool,
+        claim: int | None = None,
+        logs: AttemptLog | None = None,
+    ) -> int | None:
         with self._c.transaction() as cur:
             run, step = self._lock_step(cur, run_id, node)
             if run is None or step is None:
@@ -159,15 +172,17 @@ class RunSteps(Part):
                 raise ClaimLost(
                     "The step was claimed again after this attempt's lease lapsed; its failure is not recorded."
                 )
+            self._keep_logs(cur, run_id, node, logs)
             if step["state"] == "succeeded":
                 return None
-            now = run["now"]
+            now, state = run["now"], "failed" if final else "retrying"
             self._set_step(
                 cur,
                 run_id,
                 node,
-                "error = %s, lease_until = NULL, state = %s, finished_at = CASE WHEN %s THEN %s ELSE finished_at END",
-                [error, "failed" if final else "retrying", final, now],
+                "error = %s, lease_until = NULL, state = %s, finished_at = CASE WHEN %s THEN %s ELSE finished_at END, "
+                f"history = {ended()}",
+                [error, state, final, now, end(now, state, error)],
             )
             cur.execute(
                 f"UPDATE {self._s}.runs SET touched = %s WHERE ns = %s AND run_id = %s", [now, self._ns, run_id]
@@ -202,8 +217,9 @@ class RunSteps(Part):
                 return DeadlineCheck("wait", wait_ms=run["deadline_at"] - now)
             cur.execute(
                 f"UPDATE {self._s}.steps SET state = 'failed', error = 'deadline exceeded', finished_at = %s, "
-                "lease_until = NULL WHERE ns = %s AND run_id = %s AND state = 'running' RETURNING node",
-                [now, self._ns, run_id],
+                f"lease_until = NULL, history = {ended()} WHERE ns = %s AND run_id = %s AND state = 'running' "
+                "RETURNING node",
+                [now, end(now, "failed", "deadline exceeded"), self._ns, run_id],
             )
             named = min((row["node"] for row in cur.fetchall()), default=None)
             self._end_run(cur, run_id, now, "failed", error="deadline exceeded", failed_step=named)
@@ -229,7 +245,7 @@ class RunSteps(Part):
                 )
             return str(run["status"])
 
-    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
+    def reopen_step(self, run_id: str, node: str, *, reason: str = "") -> tuple[ReopenKind, str | None]:
         with self._c.transaction() as cur:
             run, step = self._lock_step(cur, run_id, node)
             if run is None or step is None:
@@ -249,7 +265,12 @@ class RunSteps(Part):
                 [now, now + self._retention_ms, self._ns, run_id],
             )
             self._set_step(
-                cur, run_id, node, "state = 'retrying', error = NULL, lease_until = NULL, finished_at = NULL"
+                cur,
+                run_id,
+                node,
+                "state = 'retrying', error = NULL, lease_until = NULL, finished_at = NULL, "
+                f"history = {appended(REPLAY_ENTRY)}",
+                [reason, now],
             )
             self._notify(cur, run_id)
             return "reopened", None

@@ -22,6 +22,7 @@ from pipelines.store.base import (
 )
 from pipelines.store.postgres.feed import PostgresRunFeed, wait_on_notifications
 from pipelines.store.postgres.shared import FINAL_RUN_STATES, NOW_MS, Part
+from pipelines.store.step_history import history_of
 from pipelines.wire.naming import run_id_for_key
 from pipelines.wire.steps import ROOT
 
@@ -74,6 +75,7 @@ class RunViews(Part):
                     progress=step["progress"],
                     progress_text=step["progress_text"] or None,
                     worker=step["worker"] or None,
+                    history=history_of(step["history"]),
                 )
                 for step in steps
             ),

@@ -20,7 +20,8 @@ from pipelines.config.sections import StoreConfig
 from pipelines.errors import StoreUnavailable
 from pipelines.store import NewRun
 from pipelines.store.postgres import PostgresRunStore
-from pipelines.store.postgres.schema import LATEST
+from pipelines.store.postgres.schema import LATEST, MIGRATIONS
+from pipelines.store.step_history import AttemptLog, LogRecord
 from pipelines.wire.steps import Frame
 from tests.support.backends import POSTGRES_URL, schema_of
 from tests.support.housekeeping import fresh_namespace
@@ -63,10 +64,41 @@ def test_the_first_call_makes_the_tables_at_the_latest_version_and_migrate_then_
         assert (made_before_any_call, exists(schema)) == (False, True)
         assert store.migrate() == []
         with psycopg.connect(POSTGRES_URL) as conn:
-            versions = conn.execute(f'SELECT version FROM "{schema}".migrations').fetchall()
-        assert versions == [(LATEST,)]
+            versions = conn.execute(f'SELECT version FROM "{schema}".migrations ORDER BY version').fetchall()
+        assert versions == [(version,) for version in range(1, LATEST + 1)]
     finally:
         store.close()
+
+
+def test_tables_of_an_earlier_release_are_upgraded_at_the_first_call_with_their_runs_kept(schema: str) -> None:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        first = MIGRATIONS[0]
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".migrations (version integer PRIMARY KEY, applied_at timestamptz)')
+        conn.execute(first[1].format(s=f'"{schema}"').encode())
+        conn.execute(f'INSERT INTO "{schema}".migrations (version) VALUES (%s)', [first[0]])
+    old = PostgresRunStore(url=POSTGRES_URL, namespace="n", retention_s=60, schema=schema)
+    run = a_run()
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:  # a run as the earlier release stored it
+        conn.execute(
+            f'INSERT INTO "{schema}".runs (ns, run_id, pipeline, status, created_at, touched, expires_at) VALUES '
+            "('n', %s, 'p', 'pending', 1, 1, 9e15)",
+            [run.run_id],
+        )
+        conn.execute(
+            f'INSERT INTO "{schema}".steps (ns, run_id, node, actor) VALUES (%s, %s, %s, %s)',
+            ["n", run.run_id, "0", "a"],
+        )
+    try:
+        claimed = old.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000, worker="host:1/2")
+        status = old.get_run(run.run_id)
+
+        assert claimed.kind == "run"
+        assert status is not None
+        assert [(entry.attempt, entry.worker) for entry in status.steps[0].history] == [(1, "host:1/2")]
+        assert old.migrate() == []
+    finally:
+        old.close()
 
 
 def test_tables_a_later_release_migrated_are_refused_with_the_versions(schema: str) -> None:
@@ -94,7 +126,9 @@ def test_a_run_past_its_retention_goes_with_every_row_of_it_at_a_later_start(sch
     try:
         store.create_run(old)
         store.claim_step(old.run_id, "0.0", attempt=1, lease_ms=60_000)
-        store.complete_step(old.run_id, "0.0", [Frame("c", "0", 0, 2)], "1")
+        logs = AttemptLog(1, (LogRecord(1, "INFO", "shop", "charged"),))
+        store.complete_step(old.run_id, "0.0", [Frame("c", "0", 0, 2)], "1", logs=logs)
+        assert store.step_logs(old.run_id, ["0.0"]) == {"0.0": (logs,)}
         deadline = time.monotonic() + 30
         while store.run_state(old.run_id) is not None:
             assert time.monotonic() < deadline, "the run outlived its retention"
@@ -106,7 +140,7 @@ def test_a_run_past_its_retention_goes_with_every_row_of_it_at_a_later_start(sch
                 table: conn.execute(
                     f'SELECT count(*) FROM "{schema}".{table} WHERE run_id = %s', [old.run_id]
                 ).fetchone()
-                for table in ("runs", "steps", "starts", "results")
+                for table in ("runs", "steps", "starts", "results", "step_logs")
             }
         assert left == dict.fromkeys(left, (0,))
     finally:

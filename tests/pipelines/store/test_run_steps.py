@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pipelines.store import NewRun, RedisRunStore, RunSteps, RunStore
+from pipelines.store.step_history import HISTORY_ENTRIES
 from pipelines.wire.steps import Frame
 
 NewChord = Callable[..., NewRun]
@@ -283,3 +284,21 @@ def test_members_completed_at_once_release_their_callback_once(store: RunStore, 
         assert sorted(advance.kind for advance in advances) == ["start"] + ["waiting"] * 7
         released = next(advance for advance in advances if advance.kind == "start")
         assert released.value_json == "[0,1,2,3,4,5,6,7]"
+
+
+def test_a_steps_history_keeps_its_latest_attempts_each_with_its_end(store: RunStore, new_chord: NewChord) -> None:
+    run = new_chord(1)
+    store.create_run(run)
+    for attempt in range(1, HISTORY_ENTRIES + 3):
+        store.claim_step(run.run_id, "0.1", attempt=attempt, lease_ms=LEASE_MS, worker=f"host:1/{attempt}")
+        store.fail_step(run.run_id, "0.1", f"OSError: {attempt}" + "!" * 600, final=False, claim=attempt)
+    store.claim_step(run.run_id, "0.1", attempt=HISTORY_ENTRIES + 3, lease_ms=LEASE_MS)
+
+    status = store.get_run(run.run_id)
+
+    assert status is not None
+    history = status.steps[1].history
+    assert [entry.attempt for entry in history] == list(range(4, HISTORY_ENTRIES + 4))
+    assert {(entry.outcome, len(entry.error or "")) for entry in history[:-1]} == {("retrying", 500)}
+    assert (history[-1].outcome, history[-1].ended_at_ms, history[-1].worker) == (None, None, None)
+    assert status.steps[0].history == ()

@@ -1,26 +1,5 @@
-"""The run store's roles: each consumer takes only the one it uses, so a test double stays small.
-
-============== ================================================ =====================================
-role           what it holds                                    used by
-============== ================================================ =====================================
-RunSteps       runs started and advanced step by step           the runtime
-RunViews       runs read, awaited and cancelled by callers      ``Run`` handles, the app, the CLI
-RunFeeds       one subscription to many runs' changes           the asyncio API's run watcher
-RunPlans       a run's stored plan and its steps' results       the web console
-StepProgress   a running step's progress reports                ``progress.Job``
-StepReplays    a dead-lettered step reopened in its run         dead-letter replays
-OnceMarks      "this happened once" marks                       dead-letter replays
-KeyClaims      idempotency keys of standalone messages          the ``Idempotency`` middleware
-JobLeases      leases of long-running jobs                      the ``Leases`` middleware
-StallChecks    running runs kept alive, stalled ones found      the ``StalledRuns`` middleware
-ScheduleTicks  claims and sweeps of scheduled jobs' ticks       the ``Schedules`` middleware
-RateSlots      slots of rate limits                             ``RateLimiter``
-StoreLifecycle a health check and the connection's end          the app
-============== ================================================ =====================================
-
-:class:`RunStore` is all of them, for the composition root. Every role has contract tests under
-``tests/pipelines/store/`` that every backend passes.
-"""
+"""The roles about runs and their steps: started, advanced, read, followed, replayed, kept from stalling
+(the table of every role is in :mod:`pipelines.store.roles`)."""
 
 from __future__ import annotations
 
@@ -31,9 +10,6 @@ from pipelines.store.base import (
     Advance,
     Claim,
     DeadlineCheck,
-    KeyClaimKind,
-    LeaseCheck,
-    LeaseOpenKind,
     LocalOffer,
     NewRun,
     Renewal,
@@ -43,10 +19,9 @@ from pipelines.store.base import (
     RunQuery,
     RunState,
     RunStatus,
-    SlotTake,
     StallCheck,
-    WorkerBeat,
 )
+from pipelines.store.step_history import AttemptLog
 from pipelines.wire.steps import Frame
 
 
@@ -104,6 +79,7 @@ class RunSteps(RunStates, Protocol):
         local: LocalOffer | None = None,
         local_after: str | None = None,
         worker: str = "",
+        logs: AttemptLog | None = None,
     ) -> Advance:
         """Record a step's result and decide what follows, atomically.
 
@@ -113,11 +89,22 @@ class RunSteps(RunStates, Protocol):
         claimed again since, and nothing is recorded. ``local`` offers this worker to run what follows
         (``local`` when it claimed it: complete-and-claim); ``local_after`` is the step a local step
         being completed followed (its entry in the index of local steps ends); ``worker``, the worker
-        that ran it (a local step was claimed by the one that ran the step before).
+        that ran it (a local step was claimed by the one that ran the step before); ``logs``, the records
+        the attempt logged, kept with the step in the same round trip (not when the claim was lost).
         """
 
-    def fail_step(self, run_id: str, node: str, error: str, *, final: bool, claim: int | None = None) -> int | None:
-        """Record a failed attempt; a final failure fails the run (the first one wins).
+    def fail_step(
+        self,
+        run_id: str,
+        node: str,
+        error: str,
+        *,
+        final: bool,
+        claim: int | None = None,
+        logs: AttemptLog | None = None,
+    ) -> int | None:
+        """Record a failed attempt (and the records it logged); a final failure fails the run (the first
+        one wins).
 
         Returns:
             When this call failed the run: the run's creation time (epoch ms); else None.
@@ -216,56 +203,21 @@ class StepProgress(Protocol):
 class StepReplays(Protocol):
     """A dead-lettered step given another chance in its run."""
 
-    def reopen_step(self, run_id: str, node: str) -> tuple[ReopenKind, str | None]:
-        """Let a dead-lettered step run again in its run (a failed run runs again).
+    def reopen_step(self, run_id: str, node: str, *, reason: str = "") -> tuple[ReopenKind, str | None]:
+        """Let a dead-lettered step run again in its run (a failed run runs again); its history keeps the
+        replay, with ``reason`` (which dead letter, and why it died).
 
         Returns:
             The outcome, and the run's state when the outcome is ``stopped`` (else None).
         """
 
 
-class OnceMarks(Protocol):
-    """Marks that something happened once within a retention."""
+class StepLogs(Protocol):
+    """What steps logged while they ran, kept with them for their run's retention."""
 
-    def mark_once(self, key: str, *, retention_s: int) -> bool:
-        """True the first time ``key`` is marked within ``retention_s`` (replays, for instance)."""
-
-    def forget_once(self, key: str) -> None:
-        """Undo :meth:`mark_once` (what was marked did not happen after all)."""
-
-    def is_marked(self, key: str) -> bool:
-        """Whether ``key`` is marked (within the retention it was marked with)."""
-
-
-class KeyClaims(Protocol):
-    """Idempotency keys of standalone messages: claimed, finished or released."""
-
-    def claim_key(self, key: str, *, holder: str, lease_ms: int) -> tuple[KeyClaimKind, int]:
-        """Claim an idempotency key: ("run", 0), ("done", 0) or ("busy", ms the lease has left)."""
-
-    def finish_key(self, key: str, *, retention_s: int) -> None:
-        """Remember ``key`` as done for ``retention_s``: later messages with it are skipped."""
-
-    def release_key(self, key: str, *, holder: str) -> None:
-        """Give up a claim after a failure (if ``holder`` still holds it), so a retry may claim it."""
-
-
-class JobLeases(Protocol):
-    """Leases of long-running jobs: opened, renewed by their worker, closed, taken over by a watchdog."""
-
-    def open_lease(self, lease_id: str, *, holder: str, lease_ms: int, record: str) -> LeaseOpenKind:
-        """Open a long-running job's lease with its ``record`` (JSON), unless one is open or the job ended."""
-
-    def renew_leases(self, holders: Mapping[str, str], *, lease_ms: int) -> list[str]:
-        """Extend the leases (lease id → holder) this worker holds; returns those another holder took over
-        (a lease closed meanwhile is not one of them)."""
-
-    def close_lease(self, lease_id: str) -> None:
-        """The job ended (or was handed to a retry): its watchdog has nothing left to do, and the lease is
-        kept closed for the retention period so that no copy of the job's message runs it again."""
-
-    def take_expired_lease(self, lease_id: str) -> LeaseCheck:
-        """Take over a lease whose holder stopped renewing it (atomically: one watchdog wins)."""
+    def step_logs(self, run_id: str, nodes: Sequence[str]) -> dict[str, tuple[AttemptLog, ...]]:
+        """The kept log records of each of ``nodes`` that has any, by step, oldest attempt first: the
+        newest within ``store.step_log_records`` and ``store.step_log_bytes`` per step."""
 
 
 class StallChecks(Protocol):
@@ -292,85 +244,3 @@ class StallChecks(Protocol):
         the run is failed with the reason. The stall clock starts again after a sweep that comes more than
         ``gap_ms`` after the previous one (the store, or every worker, was down meanwhile).
         """
-
-
-class ScheduleTicks(Protocol):
-    """Claims of scheduled jobs' ticks, so two schedulers run a tick once."""
-
-    def claim_tick(self, job: str, tick_ms: int, *, retention_s: int) -> bool:
-        """True for the first claim of a scheduled job's tick (which also becomes its last tick)."""
-
-    def last_tick(self, job: str) -> int | None:
-        """The latest tick of ``job`` that was claimed (epoch ms), if any."""
-
-    def tick_claims(self, job: str, tick_ms: int) -> int:
-        """How many times one tick was claimed (more than one: a second scheduler sent it too)."""
-
-    def swept_through(self, job: str) -> int | None:
-        """The tick up to which ``job``'s ticks were claimed or counted missed; None before its first claim."""
-
-    def sweep_ticks(self, job: str, ticks: Sequence[int], *, cutoff_ms: int, through_ms: int) -> list[int]:
-        """Of the cron's ``ticks`` after the sweep mark, those unclaimed up to ``cutoff_ms`` are missed:
-        return them (each once, whoever sweeps) and move the mark to ``through_ms``."""
-
-
-class RateSlots(Protocol):
-    """Slots of rate limits: reserved by producers, taken by workers before the actor runs."""
-
-    def reserve_slots(self, key: str, *, count: int, interval_ms: int) -> list[int]:
-        """Reserve the next ``count`` slots ``interval_ms`` apart; returns the ms until each (rate limits)."""
-
-    def take_slot(
-        self, key: str, *, interval_ms: int, window_count: int, window_ms: int, held_ms: int, grace_ms: int
-    ) -> SlotTake:
-        """Take a slot for a message about to run, atomically, or reserve it the next free one.
-
-        It runs now when fewer than ``window_count`` messages ran in the last ``window_ms`` and either
-        the slot it holds (``held_ms``, epoch ms; 0 for none) is due within ``grace_ms`` or no reserved
-        slot is ahead of it (then the next free slot moves ``interval_ms`` on). Otherwise it must wait:
-        for the window alone when its held slot is due, else for the next free slot, which it reserves.
-        """
-
-
-class WorkerBeats(Protocol):
-    """Worker processes' heartbeats: what each one reads and runs, kept a while after its last beat."""
-
-    def beat(self, worker: WorkerBeat, *, keep_ms: int) -> None:
-        """Record ``worker``'s heartbeat, kept ``keep_ms`` unless it beats again."""
-
-    def forget_worker(self, worker_id: str) -> None:
-        """Drop a worker's heartbeat (it stopped cleanly)."""
-
-    def worker_beats(self) -> list[WorkerBeat]:
-        """Each worker's latest heartbeat still kept, latest first (see :meth:`WorkerBeat.alive`)."""
-
-
-class StoreLifecycle(Protocol):
-    """The store's connection: checked, and released at the end."""
-
-    def ping(self) -> None:
-        """Raise StoreUnavailable if the store does not answer."""
-
-    def close(self) -> None:
-        """Release connections."""
-
-
-class RunStore(
-    RunSteps,
-    RunViews,
-    RunFeeds,
-    RunPlans,
-    StepProgress,
-    StepReplays,
-    Holds,
-    OnceMarks,
-    KeyClaims,
-    JobLeases,
-    StallChecks,
-    ScheduleTicks,
-    RateSlots,
-    WorkerBeats,
-    StoreLifecycle,
-    Protocol,
-):
-    """Every role: what the composition root builds and hands out role by role."""
