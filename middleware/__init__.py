@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pipelines.middleware.leases import Leases
     from pipelines.middleware.max_age import MaxAge
     from pipelines.middleware.metrics import Metrics
+    from pipelines.middleware.outbox_relay import OutboxRelay
     from pipelines.middleware.payloads import Payloads
     from pipelines.middleware.pipeline_steps import PipelineSteps
     from pipelines.middleware.profiles import Profiles
@@ -39,6 +40,7 @@ __all__ = [
     "Leases",
     "MaxAge",
     "Metrics",
+    "OutboxRelay",
     "Payloads",
     "PipelineSteps",
     "Profiles",
@@ -58,6 +60,7 @@ _EXPORTS = {
     "CorrelationId": "pipelines.middleware.correlation",
     "DeadLetter": "pipelines.middleware.dead_letter",
     "Heartbeat": "pipelines.middleware.heartbeat",
+    "OutboxRelay": "pipelines.middleware.outbox_relay",
     "Idempotency": "pipelines.middleware.idempotency",
     "Leases": "pipelines.middleware.leases",
     "MaxAge": "pipelines.middleware.max_age",

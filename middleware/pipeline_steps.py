@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -50,6 +51,7 @@ from pipelines.handling.proxy import WorkQueue, let_go
 from pipelines.handling.recording import carry, record_within_lease
 from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
 from pipelines.middleware.payloads import REFUSALS as PAYLOAD_REFUSALS
+from pipelines.store import step_transaction
 from pipelines.store.roles import StepProgress
 from pipelines.wire import option_values as wire_options
 from pipelines.wire.steps import AddressNotInPlan, StepAddress
@@ -150,6 +152,7 @@ class PipelineSteps(Middleware):
             raise SkipMessage
         if isinstance(message, LocalDelivery):  # claimed with the completion of the step before it
             _in_step.set(True)
+            step_transaction.step_began(self.runtime.store)
             outcome_of(message).scratch.step_hold = message.hold
             return
         try:
@@ -162,6 +165,7 @@ class PipelineSteps(Middleware):
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
+            step_transaction.step_began(self.runtime.store)
             outcome_of(message).scratch.step_hold = self.holds.step(address.run_id, address.node, claim.attempt)
             return
         if claim.kind == "busy":
@@ -212,6 +216,7 @@ class PipelineSteps(Middleware):
 
     def after_skip_message(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         self._release(message)
+        step_transaction.step_ended()
         # A step past its max_age, or whose arguments cannot be opened or validated, never reached its
         # claim (``MaxAge`` and ``Payloads`` come first): its run fails here, naming it, rather than
         # waiting for a step that will never run.
@@ -236,6 +241,8 @@ class PipelineSteps(Middleware):
         hold = self._release(message)
         claim = hold.claim if hold is not None else None
         logs = outcome_of(message).scratch.step_log
+        if exception is not None:
+            step_transaction.step_ended()  # the actor's writes roll back with its failure
         try:
             if isinstance(exception, Cancelled):
                 self.runtime.stopped(address, exception)
@@ -258,6 +265,8 @@ class PipelineSteps(Middleware):
                 fail_message(message, "could not advance the run")
                 return
             self._carry_failure(broker, message, address, outcome_of(message).settlement.failure_error or exception)
+        finally:
+            step_transaction.step_ended()
 
     def _complete(
         self,
@@ -275,23 +284,52 @@ class PipelineSteps(Middleware):
             self.runtime.fail(message, address, e, final=True, claim=claim, logs=outcome_of(message).scratch.step_log)
             fail_message(message, "permanent error", e)
             return
+
+        def advance() -> None:
+            self.runtime.advance(
+                pipeline_broker(broker),
+                message,
+                address,
+                value,
+                claim=claim,
+                local=self._local_here(),
+                logs=outcome_of(message).scratch.step_log,
+            )
+
+        if step_transaction.holding():
+            self._complete_in_transaction(broker, message, address, advance, claim)
+            return
         try:
             record_within_lease(
-                lambda: self.runtime.advance(
-                    pipeline_broker(broker),
-                    message,
-                    address,
-                    value,
-                    claim=claim,
-                    local=self._local_here(),
-                    logs=outcome_of(message).scratch.step_log,
-                ),
+                advance,
                 lease_end=hold.lease_end if hold is not None else 0.0,
                 what=f"step {address.node} of run {address.run_id}",
             )
         except (ServiceUnavailable, PublishError) as e:
             why = f"the result of step {address.node} of run {address.run_id} could not be recorded yet ({e})"
             carry(broker, message, opt.STEP_RESULT, value, why)
+
+    def _complete_in_transaction(
+        self,
+        broker: dramatiq.broker.Broker,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        advance: Callable[[], None],
+        claim: int | None,
+    ) -> None:
+        """Complete a step whose actor wrote in the step's transaction (``pipelines.transaction()``): its
+        completion (``advance``) commits those writes. Tried once: if the store does not answer, nothing may
+        have committed, so the step is put off and claimed again (it runs again only if nothing committed)."""
+        try:
+            advance()
+        except (ServiceUnavailable, PublishError) as e:
+            put_off_while_store_down(broker, message, e)
+        except (AddressNotInPlan, PipelinesError):
+            raise
+        except Exception as e:  # the commit refused (a deferred constraint): the step fails, its writes undone
+            logger.error("Step %s of run %s could not commit its transaction: %s", address.node, address.run_id, e)
+            self.runtime.fail(message, address, e, final=True, claim=claim, logs=outcome_of(message).scratch.step_log)
+            fail_message(message, "the step's transaction could not commit", e)
 
     def _carry_failure(
         self,

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from pipelines.progress import check_cancelled, report_progress
     from pipelines.runs import Run
     from pipelines.store.base import RunPage, RunStatus, RunSummary, StepStatus
+    from pipelines.store.step_transaction import transaction
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -135,6 +136,7 @@ __all__ = [
     "publish_async",
     "report_progress",
     "step",
+    "transaction",
 ]
 
 #: The module each public name is imported from on first use (the imports above, for type checkers).
@@ -155,6 +157,7 @@ _MODULES = {
     "pipelines.config.settings": ("Settings", "load_settings"),
     "pipelines.context": ("correlation", "current_correlation_id"),
     "pipelines.effects": ("NoEffectKey", "current_effect_key"),
+    "pipelines.store.step_transaction": ("transaction",),
     "pipelines.handling.guards": ("observational",),
     "pipelines.dead_letters.queues": ("DeadLetter", "DeadLetterQueues"),
     "pipelines.errors": (

@@ -25,6 +25,7 @@ from pipelines.middleware import (
     Leases,
     MaxAge,
     Metrics,
+    OutboxRelay,
     Payloads,
     PipelineSteps,
     Profiles,
@@ -41,6 +42,7 @@ from pipelines.observability.telemetry import tail_keeping
 from pipelines.rate_limits.limiter import RateLimiter, slot_grace_ms
 from pipelines.schedules.ticks import SCHEDULE_SKIP_DELAY_S
 from pipelines.store import RunStore
+from pipelines.store.roles.transactions import OutboxRelaying
 
 __all__ = ["build_middleware"]
 
@@ -87,6 +89,8 @@ def build_middleware(
     - ``Leases`` comes after both: a long-running job is acknowledged and leased only once it is sure
       to run, and its lease is closed after ``Backoff`` decided on a retry.
     - ``DeadLetter`` only acts just before a rejection, which comes after every other hook.
+    - ``OutboxRelay`` (with the PostgreSQL store) has no message hooks: its thread publishes the runs
+      started in callers' transactions.
     - ``Schedules`` comes after periodiq's middleware, which skips ticks that arrive too late: only a
       tick that will run is claimed.
 
@@ -151,6 +155,7 @@ def build_middleware(
             permanent=import_exceptions(settings.retries.permanent_errors),
         ),
         DeadLetter(),
+        *([OutboxRelay(store=store)] if isinstance(store, OutboxRelaying) else []),
         PeriodiqMiddleware(skip_delay=SCHEDULE_SKIP_DELAY_S),
         schedules,
         ActorTimeLimit(time_limit=int(settings.worker.time_limit_s * 1000)),

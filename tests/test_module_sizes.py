@@ -23,7 +23,7 @@ def test_every_module_is_found_once_with_the_middleware_among_them() -> None:
     names = [path.relative_to(ROOT).as_posix() for path in _modules()]
 
     assert len(names) == len(set(names))
-    assert {"pipelines/app.py", "middleware/backoff.py", "pipelines/store/redis.py"} <= set(names)
+    assert {"pipelines/app/application.py", "middleware/backoff.py", "pipelines/store/redis.py"} <= set(names)
 
 
 def test_no_module_of_the_framework_passes_400_lines() -> None:

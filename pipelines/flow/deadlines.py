@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
+
+import dramatiq
 
 from pipelines.broker.common import PipelineBroker
 from pipelines.errors import PipelinesError
@@ -27,15 +30,22 @@ DEADLINE_QUEUE = "pipelines"
 DEADLINE_MARGIN_MS = 100
 
 
+def deadline_check(
+    broker: PipelineBroker, run_id: str, deadline_s: float | None
+) -> tuple[dramatiq.Message[Any], int] | None:
+    """A new run's deadline check and its delay in ms (None: the run has no deadline)."""
+    if deadline_s is None or DEADLINE_CHECK not in broker.actors:
+        return None
+    return broker.get_actor(DEADLINE_CHECK).message(run_id), round(deadline_s * 1000) + DEADLINE_MARGIN_MS
+
+
 def schedule_deadline_checks(broker: PipelineBroker, run_ids: Sequence[str], deadline_s: float | None) -> None:
     """Send each new run's deadline check, due when its deadline passes (if it has one)."""
-    if deadline_s is None or not run_ids or DEADLINE_CHECK not in broker.actors:
+    checks = [check for run_id in run_ids if (check := deadline_check(broker, run_id, deadline_s)) is not None]
+    if not checks:
         return
-    check = broker.get_actor(DEADLINE_CHECK)
     try:
-        broker.enqueue_many(
-            [check.message(run_id) for run_id in run_ids], delay=round(deadline_s * 1000) + DEADLINE_MARGIN_MS
-        )
+        broker.enqueue_many([message for message, _ in checks], delay=checks[0][1])
     except PipelinesError:
         # The runs started; their claims, completions and progress reports still check the deadline.
         logger.exception("Could not schedule the deadline check of %d run(s).", len(run_ids))

@@ -26,7 +26,8 @@ from pipelines.errors import (
     error_name,
 )
 from pipelines.flow.local_steps import LocalSteps
-from pipelines.flow.starting import RunListener, RunStarts
+from pipelines.flow.starting import RunListener
+from pipelines.flow.starting_in_transaction import StartsInTransaction
 from pipelines.flow.step_messages import StepInput, step_messages
 from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.payloads.sealing import SealedFor, encrypts
@@ -45,10 +46,11 @@ logger = logging.getLogger(__name__)
 MAX_TRACE_LINKS = 128
 
 
-class Runtime(RunStarts):
-    """Starts runs (:class:`~pipelines.flow.starting.RunStarts`) and advances them as their steps end;
-    holds no state of its own beyond the store. With a ``tracer``, each completed step passes its trace
-    parent to the store, so a chord callback can link to the spans of all its members.
+class Runtime(StartsInTransaction):
+    """Starts runs (:class:`~pipelines.flow.starting.RunStarts`, also in the caller's transaction) and
+    advances them as their steps end; holds no state of its own beyond the store. With a ``tracer``, each
+    completed step passes its trace parent to the store, so a chord callback can link to the spans of all
+    its members.
     """
 
     def claim(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Claim:

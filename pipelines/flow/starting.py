@@ -7,7 +7,8 @@ its steps end, is there).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -149,31 +150,15 @@ class RunStarts:
         runs are failed as any interrupted start is, and nothing is published. ``origin`` is kept with
         each run (see :class:`Origin`).
         """
-        names = [name or shape_name(node) for node, _, _ in runs]
-        spans: list[trace.Span] = []
-        if self.tracer is not None:
-            spans = [
-                self.tracer.start_span(
-                    f"run {pipeline}", kind=trace.SpanKind.PRODUCER, attributes={"pipeline.name": pipeline}
-                )
-                for pipeline in names
-            ]
-        try:
-            prepared = [
-                self._prepare(
-                    broker,
-                    node,
-                    args,
-                    kwargs,
-                    pipeline=names[index],
-                    idempotency_key=idempotency_key,
-                    deadline_s=deadline_s,
-                    delay_ms=delay_ms or 0,
-                    span=spans[index] if spans else None,
-                    origin=origin or Origin(),
-                )
-                for index, (node, args, kwargs) in enumerate(runs)
-            ]
+        with self._preparing(
+            broker,
+            runs,
+            name=name,
+            idempotency_key=idempotency_key,
+            deadline_s=deadline_s,
+            delay_ms=delay_ms,
+            origin=origin,
+        ) as prepared:
             try:
                 outcomes = self.store.create_runs([record for record, _ in prepared])
             except BaseException as e:
@@ -193,9 +178,54 @@ class RunStarts:
             if first_options:
                 messages = [m.copy(options=dict(first_options)) for m in messages]
             if messages:
-                self._publish_first_steps(broker, messages, outcomes, traced=bool(spans), delay_ms=delay_ms)
+                self._publish_first_steps(broker, messages, outcomes, traced=self.tracer is not None, delay_ms=delay_ms)
                 schedule_deadline_checks(broker, [run_id for run_id, made in outcomes if made], deadline_s)
             return outcomes
+
+    @contextmanager
+    def _preparing(
+        self,
+        broker: PipelineBroker,
+        runs: Sequence[tuple[Node, tuple[Any, ...], Mapping[str, Any] | None]],
+        *,
+        name: str | None,
+        idempotency_key: str | None,
+        deadline_s: float | None,
+        delay_ms: int | None = None,
+        origin: Origin | None = None,
+    ) -> Iterator[list[tuple[NewRun, list[dramatiq.Message[Any]]]]]:
+        """Each run's record and first messages, made within its root span (with tracing), ended on the way out."""
+        names = [name or shape_name(node) for node, _, _ in runs]
+        with self._run_spans(names) as spans:
+            yield [
+                self._prepare(
+                    broker,
+                    node,
+                    args,
+                    kwargs,
+                    pipeline=names[index],
+                    idempotency_key=idempotency_key,
+                    deadline_s=deadline_s,
+                    delay_ms=delay_ms or 0,
+                    span=spans[index] if spans else None,
+                    origin=origin or Origin(),
+                )
+                for index, (node, args, kwargs) in enumerate(runs)
+            ]
+
+    @contextmanager
+    def _run_spans(self, names: Sequence[str]) -> Iterator[list[trace.Span]]:
+        """With tracing, a root span per run (a child of the caller's current span), ended on the way out."""
+        spans: list[trace.Span] = []
+        if self.tracer is not None:
+            spans = [
+                self.tracer.start_span(
+                    f"run {pipeline}", kind=trace.SpanKind.PRODUCER, attributes={"pipeline.name": pipeline}
+                )
+                for pipeline in names
+            ]
+        try:
+            yield spans
         finally:
             for span in spans:
                 span.end()

@@ -18,6 +18,8 @@ module           what it holds
 ``step_history`` a step's history of attempts and replays, its attempts' logs
 ``views``        runs read, awaited, found; plans and results
 ``feed``         notifications of run changes
+``transactions`` runs started in the caller's transaction, the outbox relayed, a step's own transaction
+``statements``   writes sent on a blocking or an asyncio connection alike
 ``records``      idempotency keys, once marks, job leases, schedule ticks, rate slots
 ``workers``      worker processes' heartbeats and message counts
 ``stalls``       keep-alives, the stall sweep and the lapse sweep
@@ -30,7 +32,7 @@ from pipelines.store.postgres.completion import StepCompletion
 from pipelines.store.postgres.connection import Connections
 from pipelines.store.postgres.records import Records
 from pipelines.store.postgres.stalls import RunStalls
-from pipelines.store.postgres.steps import RunSteps
+from pipelines.store.postgres.transactions import TransactionalRuns
 from pipelines.store.postgres.views import RunViews
 from pipelines.store.postgres.workers import WorkerRecords
 from pipelines.store.step_history import STEP_LOG_BOUNDS
@@ -39,7 +41,7 @@ from pipelines.store.step_history import STEP_LOG_BOUNDS
 DEFAULT_SCHEMA = "pipelines"
 
 
-class PostgresRunStore(RunSteps, StepCompletion, RunViews, Records, WorkerRecords, RunStalls):
+class PostgresRunStore(TransactionalRuns, StepCompletion, RunViews, Records, WorkerRecords, RunStalls):
     """Every role of :class:`~pipelines.store.roles.RunStore`, on PostgreSQL.
 
     Nothing connects until the first call, which creates or upgrades the store's tables in ``schema``

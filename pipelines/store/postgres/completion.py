@@ -11,12 +11,19 @@ from typing import Any
 
 import orjson
 
+from pipelines.errors import DefinitionError
 from pipelines.store.base import Advance, LocalOffer
 from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor
 from pipelines.store.postgres.step_history import CLAIM_ENTRY, StepLogs, appended, end, ended
+from pipelines.store.postgres.transactions import HeldStepTransaction
+from pipelines.store.roles.transactions import HeldTransaction
 from pipelines.store.stall_checks import LAPSE_MARGIN_MS
 from pipelines.store.step_history import AttemptLog
+from pipelines.store.step_transaction import held
 from pipelines.wire.steps import AddressNotInPlan, Frame, frames_json
+
+#: A step failed while it ran, its run ended (cancelled, past its deadline): nothing of the attempt is recorded.
+_ENDED_BEFORE = Advance("stopped")
 
 
 @dataclass(frozen=True)
@@ -60,20 +67,46 @@ class StepCompletion(StepLogs):
         logs: AttemptLog | None = None,
     ) -> Advance:
         call = _Completion(run_id, node, up, value_json, trace_parent, claim, local, worker, logs)
+        taken = held()
+        if taken is not None:
+            return self._complete_held(taken, call, local_after)
         with self._c.transaction() as cur:
-            if local_after is not None:  # the local step ends: its entry in the index of local steps too
-                cur.execute(
-                    f"DELETE FROM {self._s}.local_steps WHERE ns = %s AND run_id = %s AND after = %s",
-                    [self._ns, run_id, local_after],
-                )
-            advance = self._complete(cur, call)
-            if advance.kind == "local" and local is not None:  # in the index before the transaction ends
-                cur.execute(
-                    f"INSERT INTO {self._s}.local_steps (ns, run_id, after, due_at) VALUES (%s, %s, %s, "
-                    f"{NOW_MS} + %s) ON CONFLICT (ns, run_id, after) DO UPDATE SET due_at = excluded.due_at",
-                    [self._ns, run_id, node, local.lease_ms + LAPSE_MARGIN_MS],
-                )
-            return advance
+            return self._completion(cur, call, local_after)
+
+    def _complete_held(self, taken: HeldTransaction, call: _Completion, local_after: str | None) -> Advance:
+        """The completion of a step whose actor wrote in its own transaction (``pipelines.transaction()``):
+        decided in that transaction, committed with it when the step's success is recorded, else rolled back
+        (its claim lost, its run gone or ended before it): the actor's writes stay only with the success."""
+        if not isinstance(taken, HeldStepTransaction) or taken.connections is not self._c:
+            taken.rollback()
+            raise DefinitionError("A step's transaction was opened on another run store than its completion's.")
+        try:
+            with taken.cursor() as cur:
+                advance = self._completion(cur, call, local_after)
+        except BaseException:
+            taken.rollback()
+            raise
+        if advance.kind in ("lost", "missing", "duplicate") or advance is _ENDED_BEFORE:
+            taken.rollback()
+        else:
+            taken.commit()
+        return advance
+
+    def _completion(self, cur: Cursor, call: _Completion, local_after: str | None) -> Advance:
+        """The completion decided in the transaction ``cur`` is in."""
+        if local_after is not None:  # the local step ends: its entry in the index of local steps too
+            cur.execute(
+                f"DELETE FROM {self._s}.local_steps WHERE ns = %s AND run_id = %s AND after = %s",
+                [self._ns, call.run_id, local_after],
+            )
+        advance = self._complete(cur, call)
+        if advance.kind == "local" and call.local is not None:  # in the index before the transaction ends
+            cur.execute(
+                f"INSERT INTO {self._s}.local_steps (ns, run_id, after, due_at) VALUES (%s, %s, %s, "
+                f"{NOW_MS} + %s) ON CONFLICT (ns, run_id, after) DO UPDATE SET due_at = excluded.due_at",
+                [self._ns, call.run_id, call.node, call.local.lease_ms + LAPSE_MARGIN_MS],
+            )
+        return advance
 
     def _complete(self, cur: Cursor, call: _Completion) -> Advance:
         found = self._recorded(cur, call)
@@ -118,7 +151,7 @@ class StepCompletion(StepLogs):
         self._keep_logs(cur, call.run_id, call.node, call.logs)
         redrive = step["state"] == "succeeded"
         if step["state"] == "failed" and run["status"] not in GOING:  # failed while it ran: its run ended
-            return Advance("stopped")
+            return _ENDED_BEFORE
         if not redrive:
             if call.value_json is None:
                 return Advance("missing")

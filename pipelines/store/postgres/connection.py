@@ -49,6 +49,12 @@ class Connections:
             with pool.connection() as conn:
                 yield conn
 
+    def ready(self) -> None:
+        """The schema migrated (at the first call), before writing on a connection that is not the pool's."""
+        with self.answering():
+            if self._pool is None:
+                self._prepare()
+
     @contextmanager
     def transaction(self) -> Iterator[Cursor]:
         """A cursor in a transaction of its own, committed when the block ends without an error.

@@ -6,7 +6,8 @@ store's are on Redis's. A run's rows besides its record (steps, where steps star
 barriers, its steps' logs) go with it: deleted with the run, kept as long as it is (``runs.expires_at``).
 A step's history is a column of its row (``steps.history``: the entries of
 :mod:`~pipelines.store.step_history`, as the Redis store keeps them); message counts are a row per
-minute (``count_minutes``, kept until its ``expires_at``) with a row per actor (``counts``).
+minute (``count_minutes``, kept until its ``expires_at``) with a row per actor (``counts``). A run started
+in the caller's transaction leaves its first messages in ``outbox`` until a worker's relay publishes them.
 
 :func:`migrate` applies the migrations the schema lacks, in one transaction under an advisory lock (two
 processes starting at once migrate once); ``pipelines store migrate`` runs it, and so does a store's
@@ -223,6 +224,19 @@ CREATE TABLE {s}.counts (
     slowest bigint NOT NULL,
     PRIMARY KEY (ns, minute, actor),
     FOREIGN KEY (ns, minute) REFERENCES {s}.count_minutes ON DELETE CASCADE
+);
+""",
+    ),
+    (
+        3,
+        """
+CREATE TABLE {s}.outbox (
+    ns text NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    run_id text NOT NULL,
+    messages text NOT NULL,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (ns, id)
 );
 """,
     ),

@@ -13,6 +13,8 @@ from psycopg.rows import dict_row
 from pipelines.errors import ClaimLost
 from pipelines.store.base import Claim, DeadlineCheck, NewRun, Renewal, ReopenKind
 from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor
+from pipelines.store.postgres.statements import Statement, Writes
+from pipelines.store.postgres.statements import run as run_writes
 from pipelines.store.postgres.step_history import CLAIM_ENTRY, REPLAY_ENTRY, StepLogs, appended, end, ended
 from pipelines.store.step_history import AttemptLog
 from pipelines.wire.naming import run_id_for_key
@@ -41,7 +43,7 @@ class RunSteps(StepLogs):
             return []
         with self._c.transaction() as cur:
             self._purge(cur)
-            return [self._create(cur, run) for run in runs]
+            return [run_writes(cur, self._creation(run)) for run in runs]
 
     def _purge(self, cur: Cursor) -> None:
         """Delete what is past its retention (at most once a second per process: not on every start)."""
@@ -51,11 +53,14 @@ class RunSteps(StepLogs):
         for table in ("runs", "key_claims", "once_marks", "job_leases", "ticks", "workers", "count_minutes"):
             cur.execute(f"DELETE FROM {self._s}.{table} WHERE ns = %s AND expires_at <= {NOW_MS}", [self._ns])
 
-    def _create(self, cur: Cursor, run: NewRun) -> tuple[str, bool]:
+    def _creation(self, run: NewRun) -> Writes[tuple[str, bool]]:
+        """The writes that record ``run`` (its steps, where they start): (its id, whether they created it)."""
         s, ns = self._s, self._ns
         # A run past its retention that no purge deleted yet is gone: its id starts anew.
-        cur.execute(f"DELETE FROM {s}.runs WHERE ns = %s AND run_id = %s AND expires_at <= {NOW_MS}", [ns, run.run_id])
-        cur.execute(
+        yield Statement(
+            f"DELETE FROM {s}.runs WHERE ns = %s AND run_id = %s AND expires_at <= {NOW_MS}", [ns, run.run_id]
+        )
+        created = yield Statement(
             f"INSERT INTO {s}.runs (ns, run_id, pipeline, status, created_at, idempotency_key, correlation_id, "
             "trace_id, trace_sampled, deadline_at, input, registered, rerun_of, touched, stall_due, expires_at) "
             f"SELECT %s, %s, %s, 'pending', now, %s, %s, %s, %s, CASE WHEN %s > 0 THEN now + %s END, %s, %s, %s, "
@@ -77,19 +82,22 @@ class RunSteps(StepLogs):
                 run.delay_ms,
                 self._retention_ms,
             ],
+            reads="one",
         )
-        if cur.fetchone() is None:
+        if created is None:
             return run.run_id, False
-        cur.executemany(
+        yield Statement(
             f"INSERT INTO {s}.steps (ns, run_id, node, actor, up) VALUES (%s, %s, %s, %s, %s)",
             [(ns, run.run_id, node, actor, run.frames.get(node)) for node, actor in run.steps],
+            reads="many",
         )
-        cur.executemany(
+        yield Statement(
             f"INSERT INTO {s}.starts (ns, run_id, node, leaves, entries, input) VALUES (%s, %s, %s, %s, %s, %s)",
             [
                 (ns, run.run_id, node, leaves, list(run.entries[node]), run.first_input if node == ROOT else None)
                 for node, leaves in run.starts.items()
             ],
+            reads="many",
         )
         return run.run_id, True
 

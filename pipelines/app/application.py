@@ -1,9 +1,5 @@
-"""The composition root: the broker, its middleware, the run store and the runtime, built from config.
-
-Nothing else in the core builds a broker. ``configure()`` builds the app once per process and makes
-its broker Dramatiq's broker, which is how actors declared with ``@dramatiq.actor`` and the stock
-``dramatiq`` and ``periodiq`` CLIs find it.
-"""
+"""The application object: start runs and follow them, publish events, find and re-run runs, its asyncio
+side; built by :func:`~pipelines.app.building.build_app`."""
 
 from __future__ import annotations
 
@@ -15,15 +11,13 @@ from typing import Any
 
 import dramatiq
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter
 from periodiq import CronSpec
 
 from pipelines.aio import AsyncBridge
-from pipelines.broker import ExchangeBroker, MemoryBroker, make_broker
+from pipelines.broker import ExchangeBroker, MemoryBroker
 from pipelines.composition import Ending, Node, R, as_node
 from pipelines.config.modules import load_app_modules
-from pipelines.config.settings import Settings, load_settings
-from pipelines.current import configured_app, get_app, set_app
+from pipelines.config.settings import Settings
 from pipelines.dead_letters.queues import DeadLetterQueues
 from pipelines.errors import ConfigError
 from pipelines.flow.registered import built, linked, rerun_input, unknown_pipeline
@@ -31,19 +25,15 @@ from pipelines.flow.run_query import Time, check_limit, run_query
 from pipelines.flow.runtime import Runtime
 from pipelines.flow.starting import Origin
 from pipelines.flow.step_messages import StepInput
-from pipelines.observability import telemetry
-from pipelines.payloads.sealing import Sealer
 from pipelines.profiles.kinds import MissedPolicy
 from pipelines.rate_limits.limiter import RateLimiter
 from pipelines.runs import Run
 from pipelines.schedules.ticks import pipeline_starter
-from pipelines.sending.outbound import Outbound
-from pipelines.stack import build_middleware
-from pipelines.store import RunStore, make_store
+from pipelines.store import RunStore
 from pipelines.store.base import RunPage
 from pipelines.wire.rates import Rate, parse_rate
 
-__all__ = ["App", "build_app", "build_middleware", "configure", "current_app"]
+__all__ = ["App"]
 
 
 @dataclass
@@ -84,6 +74,7 @@ class App:
         deadline_s: float | None = None,
         on_created: Callable[[str, bool], None] | None = None,
         origin: Origin | None = None,
+        connection: Any = None,
     ) -> Run[R]:
         """Start a run of a pipeline built on the spot (see ``Node.run_with_options``).
 
@@ -92,10 +83,27 @@ class App:
         created)`` is called as soon as the run is recorded, before its first steps are published; a
         start that fails or is interrupted (Ctrl-C) after that marks the run failed with the reason.
         ``origin`` is how the run was asked for, kept with it (:meth:`start_registered` passes it).
+
+        With ``connection`` (a psycopg connection to the PostgreSQL run store's database), the run is
+        written in that connection's transaction: it starts when the caller commits (a worker relays its
+        first messages), and a rollback leaves no run.
         """
         delay_ms, first_options = None, None
         if name in self.rate_limits:  # paced here, and held by the worker
             delay_ms, first_options = RateLimiter(self.store).run_pacing(name, self.rate_limits[name])
+        if connection is not None:
+            [(run_id, created)] = self.runtime.start_in(
+                connection,
+                self.broker,
+                [(as_node(node), args, kwargs)],
+                name=name,
+                idempotency_key=idempotency_key,
+                deadline_s=deadline_s,
+                origin=origin,
+                delay_ms=delay_ms,
+                first_options=first_options,
+            )
+            return self._handle(run_id, created)
         run_id, created = self.runtime.start(
             self.broker,
             as_node(node),
@@ -109,6 +117,9 @@ class App:
             on_created=on_created,
             origin=origin,
         )
+        return self._handle(run_id, created)
+
+    def _handle(self, run_id: str, created: bool = True) -> Run:
         return Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
 
     def start_many(
@@ -122,10 +133,7 @@ class App:
         """Start one run per pipeline with one store round trip and one confirmed publish for all."""
         runs = [(as_node(node), args, kwargs) for node in nodes]
         started = self.runtime.start_many(self.broker, runs, name=name)
-        return [
-            Run(run_id, store=self.store, created=created, sealer=self.runtime.sealer, bridge=self.aio)
-            for run_id, created in started
-        ]
+        return [self._handle(run_id, created) for run_id, created in started]
 
     def run(
         self, name: str, *args: Any, idempotency_key: str | None = None, deadline_s: float | None = None, **kwargs: Any
@@ -223,11 +231,7 @@ class App:
     def run_for_key(self, idempotency_key: str) -> Run | None:
         """The run an idempotency key started, if it is still retained."""
         run_id = self.store.run_for_key(idempotency_key)
-        return (
-            Run(run_id, store=self.store, created=False, sealer=self.runtime.sealer, bridge=self.aio)
-            if run_id
-            else None
-        )
+        return self._handle(run_id, created=False) if run_id else None
 
     @property
     def dead_letters(self) -> DeadLetterQueues:
@@ -236,7 +240,7 @@ class App:
 
     def get_run(self, run_id: str) -> Run:
         """The handle of an existing run (``status()`` raises RunNotFound if there is none)."""
-        return Run(run_id, store=self.store, sealer=self.runtime.sealer, bridge=self.aio)
+        return self._handle(run_id)
 
     def publish(self, topic: str, payload: Any) -> str:
         """Publish a domain event to every actor subscribed to a matching pattern; returns its id."""
@@ -258,8 +262,22 @@ class App:
         idempotency_key: str | None = None,
         name: str | None = None,
         deadline_s: float | None = None,
+        connection: Any = None,
     ) -> Run[R]:
-        """:meth:`start` for asyncio code: the event loop runs on while the run is stored and published."""
+        """:meth:`start` for asyncio code: the event loop runs on while the run is stored and published.
+
+        With ``connection`` (a ``psycopg.AsyncConnection``), the run is written in its transaction.
+        """
+        if connection is not None:
+            [(run_id, created)] = await self.runtime.start_in_async(
+                connection,
+                self.broker,
+                [(as_node(node), args, kwargs)],
+                name=name,
+                idempotency_key=idempotency_key,
+                deadline_s=deadline_s,
+            )
+            return self._handle(run_id, created)
         return await self.aio().call(
             self.start,
             node,
@@ -325,75 +343,3 @@ class App:
             self.tracer_provider.shutdown()  # exports what the batch processor still holds
         self.broker.close()
         self.store.close()
-
-
-def build_app(settings: Settings, *, span_exporter: SpanExporter | None = None) -> App:
-    """A new app from ``settings``; nothing connects until the first publish, consume or store call.
-
-    ``span_exporter`` replaces the OTLP exporter (tests use the SDK's in-memory one).
-    """
-    store = make_store(settings.store, namespace=settings.namespace)
-    provider = tracer = None
-    if settings.telemetry.enabled:
-        provider = telemetry.make_tracer_provider(settings.telemetry, exporter=span_exporter)
-        tracer = telemetry.install(provider)
-    sealer = Sealer(settings.encryption.keys) if settings.encryption.keys else None
-    runtime = Runtime(
-        store=store,
-        lease_s=settings.store.step_lease_s,
-        max_result_bytes=settings.store.max_result_bytes,
-        tracer=tracer,
-        sealer=sealer,
-    )
-    middleware = build_middleware(settings, runtime, store, tracer=tracer)
-    outbound = Outbound(
-        sealer=sealer,
-        limiter=RateLimiter(store),
-        warn_bytes=settings.broker.warn_message_bytes,
-        large_policy=settings.broker.large_message_policy,
-        consumer_timeout_s=settings.broker.consumer_timeout_s,
-    )
-    broker = make_broker(
-        settings.broker, namespace=settings.namespace, outbound=outbound, middleware=middleware, marks=store
-    )
-    return App(settings=settings, broker=broker, store=store, runtime=runtime, tracer_provider=provider)
-
-
-def configure(settings: Settings | None = None) -> App:
-    """The process's app: built from ``settings`` (or ``config.toml``) on the first call, then reused.
-
-    Its broker becomes Dramatiq's global broker, so ``@dramatiq.actor`` declares actors on it.
-
-    Raises:
-        ConfigError: The configuration is invalid, or a different one was configured already.
-    """
-    with _lock:
-        existing = _configured()
-        if existing is not None:
-            if settings is not None and settings != existing.settings:
-                raise ConfigError("pipelines.configure() was already called with a different configuration.")
-            return existing
-        app = build_app(settings or load_settings())
-        dramatiq.set_broker(app.broker)
-        set_app(app)
-        return app
-
-
-_lock = threading.Lock()
-
-
-def current_app() -> App:
-    """The app ``pipelines.configure()`` set up.
-
-    Raises:
-        DefinitionError: ``configure()`` was not called in this process.
-    """
-    app = configured_app()
-    assert isinstance(app, App), "pipelines.current holds the App that configure() made"
-    return app
-
-
-def _configured() -> App | None:
-    app = get_app()
-    assert app is None or isinstance(app, App)
-    return app
