@@ -15,7 +15,7 @@ help:
 	@echo "make all       lint and test"
 	@echo "make services  make sure RabbitMQ, Redis and PostgreSQL answer (start them when installed)"
 	@echo "make bench     benchmarks against bare Dramatiq, Celery and raw pika (not part of make test)"
-	@echo "make tools     make sure promtool, prometheus, amtool and chromium are installed (Debian packages, as root)"
+	@echo "make tools     make sure promtool, prometheus, amtool, chromium and pgbouncer are installed (Debian packages, as root)"
 	@echo "make console-picture  redraw the console's picture in the docs (docs/console.png) in Chromium"
 
 $(BIN)/.installed: pyproject.toml

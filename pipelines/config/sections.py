@@ -144,6 +144,10 @@ class StoreConfig(_Section):
     """The run store: `redis://`, `rediss://`, `redis+cluster://`, `redis+sentinel://`, `postgresql://`, `memory://`."""
     postgres_schema: str = "pipelines"
     """Where a `postgresql://` store keeps its tables (made at first use, or by `pipelines store migrate`)."""
+    postgres_pooled: bool = False
+    """`store.url` goes through a pooler in transaction mode (PgBouncer): no prepared statements on it."""
+    postgres_listen_url: str = ""
+    """A direct URL to the PostgreSQL primary where waits and relays listen (`LISTEN`); needed when pooled."""
     retention_s: int = Field(default=7 * 86400, ge=60)
     """How long runs, steps, chord barriers and keys are kept after their last change."""
     max_result_bytes: int = Field(default=1_048_576, gt=0)
@@ -181,6 +185,14 @@ class StoreConfig(_Section):
             raise ValueError(
                 "the embedded store (memory://) has no replicas to wait for: leave store.wait_for_replicas at 0"
             )
+        if self.postgres_pooled and not self.postgres_listen_url:
+            raise ValueError(
+                "a pooled PostgreSQL store (store.postgres_pooled) listens for notifications on a session of its "
+                "own, which a pooler in transaction mode does not keep: set store.postgres_listen_url to a direct "
+                "URL of the primary"
+            )
+        if self.postgres_listen_url and not (self.is_postgres and is_postgres_url(self.postgres_listen_url)):
+            raise ValueError("store.postgres_listen_url is a postgresql:// URL, for a PostgreSQL store only")
         if self.wait_for_replicas and self.is_postgres:
             raise ValueError(
                 "a PostgreSQL store waits for its replicas as PostgreSQL is told to (synchronous_standby_names): "

@@ -114,6 +114,8 @@ def make_store(config: StoreConfig, *, namespace: str) -> RunStore:
             retention_s=config.retention_s,
             schema=config.postgres_schema,
             step_logs=config.step_logs,
+            pooled=config.postgres_pooled,
+            listen_url=config.postgres_listen_url or None,
         )
     return RedisRunStore(
         url=config.url,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -466,3 +467,25 @@ def test_a_console_token_shorter_than_sixteen_characters_is_refused_without_show
 
     assert load_settings().ui.token == "0123456789abcdef"
     assert "letmein123" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("store", "says"),
+    [
+        (
+            {"url": "postgresql://app@bouncer:6432/app", "postgres_pooled": True},
+            "set store.postgres_listen_url to a direct URL of the primary",
+        ),
+        (
+            {"url": "redis://127.0.0.1:6379/0", "postgres_listen_url": "postgresql://app@db/app"},
+            "for a PostgreSQL store only",
+        ),
+        (
+            {"url": "postgresql://app@bouncer:6432/app", "postgres_listen_url": "redis://db/0"},
+            "is a postgresql:// URL",
+        ),
+    ],
+)
+def test_a_pooled_postgresql_store_needs_a_direct_url_to_listen_on(store: dict[str, object], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        Settings.from_values({"store": store})

@@ -46,7 +46,8 @@ class PostgresRunStore(TransactionalRuns, StepCompletion, RunViews, Records, Wor
 
     Nothing connects until the first call, which creates or upgrades the store's tables in ``schema``
     when they lag behind this release (:meth:`migrate` does it on its own). A step keeps its newest log
-    records, ``step_logs`` (records, bytes) at most over its attempts.
+    records, ``step_logs`` (records, bytes) at most over its attempts. ``pooled``: ``url`` goes through a
+    pooler in transaction mode (no prepared statements); ``listen_url``, where ``LISTEN`` connects instead.
     """
 
     def __init__(
@@ -57,9 +58,11 @@ class PostgresRunStore(TransactionalRuns, StepCompletion, RunViews, Records, Wor
         retention_s: int,
         schema: str = DEFAULT_SCHEMA,
         step_logs: tuple[int, int] = STEP_LOG_BOUNDS,
+        pooled: bool = False,
+        listen_url: str | None = None,
     ) -> None:
         super().__init__(
-            connections=Connections(url=url, schema=schema),
+            connections=Connections(url=url, schema=schema, pooled=pooled, listen_url=listen_url),
             namespace=namespace,
             retention_ms=retention_s * 1000,
             step_logs=step_logs,

@@ -2,9 +2,10 @@
 failures mean for the caller (each one it can act on becomes a :class:`~pipelines.errors.StoreUnavailable`
 that says what to do: a refused login, a missing database, a user without rights, no answer).
 
-Every statement names its tables with the schema (no ``search_path`` is set). Not yet made for a pooler in
-transaction mode (PgBouncer): psycopg prepares the statements it runs often on the server connection, and
-waits ``LISTEN`` on a connection of their own.
+Every statement names its tables with the schema (no ``search_path`` is set), and no statement leaves state
+on the session, so the store works through a pooler in transaction mode (PgBouncer) when told it is
+``pooled``: psycopg then prepares nothing on the server (a prepared statement is a session's), and the
+connections that ``LISTEN`` (a session's state too) go to ``listen_url``, directly to the primary.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ Cursor = psycopg.Cursor[DictRow]
 class Connections:
     """A pool of connections to the database ``url`` names, whose store lives in ``schema``."""
 
-    def __init__(self, *, url: str, schema: str) -> None:
+    def __init__(self, *, url: str, schema: str, pooled: bool = False, listen_url: str | None = None) -> None:
         self.url = url
+        self.listen_url = listen_url or url
         self.schema = schema
+        self._options: dict[str, Any] = {"prepare_threshold": None} if pooled else {}
         self.s = tables.quoted(schema)
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._lock = threading.Lock()
@@ -76,7 +79,7 @@ class Connections:
             if self._pool is not None:
                 return self._pool
             # A connection of its own first: a wrong URL, user or database is reported at once, as it is.
-            with self.direct(self.url) as conn:
+            with self.direct(self.url, **self._options) as conn:
                 version = tables.schema_version(conn, self.schema)
                 if version > tables.LATEST:
                     raise StoreUnavailable(
@@ -90,7 +93,7 @@ class Connections:
                 min_size=1,
                 max_size=POOL_MAX_SIZE,
                 timeout=CONNECT_TIMEOUT_S,
-                kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
+                kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S), **self._options},
                 name="pipelines-store",
                 open=False,
             )
@@ -99,20 +102,20 @@ class Connections:
 
     def migrate(self) -> list[int]:
         """Apply the migrations the schema lacks; returns their versions (none: it was up to date)."""
-        with self.answering(), self.direct(self.url) as conn:
+        with self.answering(), self.direct(self.url, **self._options) as conn:
             return tables.migrate(conn, self.schema)
 
     @staticmethod
-    def direct(url: str) -> psycopg.Connection[tuple[Any, ...]]:
+    def direct(url: str, **options: Any) -> psycopg.Connection[tuple[Any, ...]]:
         """A connection of its own to ``url``, outside any pool (autocommit)."""
-        return psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S))
+        return psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S), **options)
 
     def dedicated(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """A connection of its own, outside the pool (to LISTEN on: a session's state)."""
+        """A connection of its own, outside the pool, to ``listen_url`` (to LISTEN on: a session's state)."""
         with self.answering():
             if self._pool is None:  # the schema migrated first
                 self._prepare()
-            return self.direct(self.url)
+            return self.direct(self.listen_url)
 
     def close(self) -> None:
         """Close the pool's connections; a later call opens a new pool, as a Redis client reconnects."""
