@@ -101,13 +101,13 @@ def enqueue_confirmed(system: System, n_batch: int, n_single: int) -> dict[str, 
     counter = key()
     results: dict[str, float] = {}
     if isinstance(system, Ours):
-        messages = [system.module.noop.message(counter) for _ in range(n_batch)]
+        messages = [system.actors.noop.message(counter) for _ in range(n_batch)]
         started = time.perf_counter()
         system.app.broker.enqueue_many(messages)
         results["batch_per_s"] = n_batch / (time.perf_counter() - started)
         started = time.perf_counter()
         for _ in range(n_single):
-            system.app.broker.enqueue(system.module.noop.message(counter))
+            system.app.broker.enqueue(system.actors.noop.message(counter))
         results["single_per_s"] = n_single / (time.perf_counter() - started)
     elif isinstance(system, BareDramatiq):
         broker = RabbitmqBroker(url=AMQP_URL, confirm_delivery=True)
@@ -151,7 +151,7 @@ def chains(system: System, log: Path, n: int) -> dict[str, float]:
         before = tiers.read(running.worker)
         started = time.perf_counter()
         if isinstance(system, Ours):
-            m = system.module
+            m = system.actors
             pipeline = chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter))
             system.app.start_many([pipeline] * n)
         elif isinstance(system, BareDramatiq):
@@ -186,7 +186,7 @@ def chord_once(system: System, log: Path, members: int) -> dict[str, float]:
     with Running(system, log):
         started = time.perf_counter()
         if isinstance(system, Ours):
-            m = system.module
+            m = system.actors
             system.app.start(
                 chord(group(step(m.member, counter) for _ in range(members)), then=step(m.gather, counter))
             )
@@ -210,7 +210,7 @@ def fan_outs(system: Ours, log: Path, runs: int) -> dict[str, float]:
     results: dict[str, float] = {}
     with Running(system, log):
         for width in (1, 4, 16):
-            branches = system.module.BRANCHES[:width]
+            branches = system.actors.branches[:width]
             before = system.app.broker.publish_count
             times = []
             for _ in range(runs):
@@ -242,7 +242,7 @@ def latency(system: System, log: Path, n: int) -> dict[str, float]:
                 counter = key()
                 started = time.perf_counter()
                 if isinstance(system, Ours):
-                    system.app.broker.enqueue(system.module.ping.message(counter))
+                    system.app.broker.enqueue(system.actors.ping.message(counter))
                 elif isinstance(system, BareDramatiq):
                     if variant and confirming is not None:
                         confirming.enqueue(system.module.ping.message(counter))
@@ -265,7 +265,7 @@ def latency(system: System, log: Path, n: int) -> dict[str, float]:
 def store_memory(system: Ours, runs: int, members: int) -> dict[str, float]:
     """Redis memory per in-flight run (three-step chains) and per chord member (no worker running)."""
     client = redis_client()
-    m = system.module
+    m = system.actors
     counter = key()
     before = int(client.info("memory")["used_memory"])
     for _ in range(runs):
@@ -283,7 +283,7 @@ def store_memory(system: Ours, runs: int, members: int) -> dict[str, float]:
 def scale(system: Ours, log: Path, members: int, runs: int) -> dict[str, Any]:
     """A chord of ``members`` members, and ``runs`` concurrent two-step runs: time and store memory."""
     client = redis_client()
-    m = system.module
+    m = system.actors
     results: dict[str, Any] = {}
     with Running(system, log):
         counter = key()

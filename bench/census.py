@@ -103,7 +103,7 @@ ONCE_PER_PROCESS = ("_boot", "_shutdown", "_declare_actor")
 def run_chains(system: Ours, n: int) -> None:
     """Start ``n`` three-step chains and wait until their last steps ran."""
     counter = key()
-    m = system.module
+    m = system.actors
     system.app.start_many([chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter))] * n)
     wait_for_count(counter, n)
 

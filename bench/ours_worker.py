@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,41 +41,67 @@ broker.add_middleware(PublishCounts())
 hook_costs.install(broker)
 
 
-@dramatiq.actor(broker=broker, queue_name="bench")
-def noop(key: str) -> None:
+def _noop(key: str) -> None:
     counter.incr(key)
 
 
-@dramatiq.actor(broker=broker, queue_name="bench")
-def hop(key: str, value: int = 0) -> int:
+def _hop(key: str, value: int = 0) -> int:
     return value + 1
 
 
-@dramatiq.actor(broker=broker, queue_name="bench")
-def last(key: str, value: int) -> None:
+def _last(key: str, value: int) -> None:
     counter.incr(key)
 
 
-@dramatiq.actor(broker=broker, queue_name="bench")
-def member(key: str) -> int:
+def _member(key: str) -> int:
     return 1
 
 
-@dramatiq.actor(broker=broker, queue_name="bench")
-def gather(key: str, values: list[int]) -> None:
+def _gather(key: str, values: list[int]) -> None:
     counter.incrby(key, 1 if len(values) else 0)
 
 
-@dramatiq.actor(broker=broker, queue_name="bench")
-def ping(key: str) -> None:
+def _ping(key: str) -> None:
     counter.lpush(key, b"1")
 
 
-def _branch(index: int) -> dramatiq.Actor[Any, Any]:
-    def branch(key: str, *_: Any) -> None:
-        counter.incr(key)
-
-    return dramatiq.actor(actor_name=f"branch{index}", broker=broker, queue_name="bench")(branch)
+def _branch(key: str, *_: Any) -> None:
+    counter.incr(key)
 
 
-BRANCHES = [_branch(i) for i in range(16)]
+#: Fan-out branches: one actor each, all of them ``_branch``.
+BRANCHES = 16
+
+
+@dataclass(frozen=True)
+class Actors:
+    """The benchmark's actors, declared on one broker (each counts what it did in ``counter``, in Redis)."""
+
+    noop: dramatiq.Actor[..., None]
+    hop: dramatiq.Actor[..., int]
+    last: dramatiq.Actor[..., None]
+    member: dramatiq.Actor[..., int]
+    gather: dramatiq.Actor[..., None]
+    ping: dramatiq.Actor[..., None]
+    branches: tuple[dramatiq.Actor[..., None], ...]
+
+
+def declare_actors(on: dramatiq.Broker) -> Actors:
+    """The benchmark's actors declared on broker ``on``: this module's app's, or another app's that starts
+    the same runs through another run store (its workers import this module with that store configured)."""
+
+    def declare(fn: Callable[..., Any], name: str) -> Any:
+        return dramatiq.actor(actor_name=name, broker=on, queue_name="bench")(fn)
+
+    return Actors(
+        noop=declare(_noop, "noop"),
+        hop=declare(_hop, "hop"),
+        last=declare(_last, "last"),
+        member=declare(_member, "member"),
+        gather=declare(_gather, "gather"),
+        ping=declare(_ping, "ping"),
+        branches=tuple(declare(_branch, f"branch{i}") for i in range(BRANCHES)),
+    )
+
+
+actors = declare_actors(broker)

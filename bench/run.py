@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
-from bench import broker_cost, cases, census, starts, tiers
+from bench import broker_cost, cases, census, postgres, starts, tiers
 from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System, delete_other_systems_queues
 
@@ -79,6 +79,10 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 #: Our system with local steps off: every hop of a chain through RabbitMQ.
 ROUTED = "rabbit-pipelines (local steps off)"
+#: Our system with its runs stored in PostgreSQL instead of Redis.
+POSTGRES_STORE = "rabbit-pipelines (PostgreSQL store)"
+#: Column headings short enough for the tier table.
+COLUMNS = {ROUTED: "local steps off", POSTGRES_STORE: "PostgreSQL store"}
 
 
 def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float | None, str, bool | None]]:
@@ -155,6 +159,7 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
         ratio(speed("chord", "rabbit-pipelines"), speed("chord", "celery")),
         ">= 3",
     )
+    postgres_store_targets(m, speed, target)
     target(
         "fan-out of 16: publishes per fan-out",
         m("fanout", "rabbit-pipelines", "publishes_per_run_16"),
@@ -190,18 +195,47 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
     return targets
 
 
+def postgres_store_targets(
+    m: Callable[[str, str, str], float | None],
+    speed: Callable[[str, str], float | None],
+    target: Callable[[str, float | None, str], None],
+) -> None:
+    """The PostgreSQL store's speed against the Redis store's and the other systems', for context."""
+    for case, other, label in (
+        ("chains", "rabbit-pipelines", "Redis store"),
+        ("chains", "dramatiq", "dramatiq pipelines"),
+        ("chains", "celery", "celery chains"),
+        ("chord", "rabbit-pipelines", "Redis store"),
+        ("chord", "dramatiq", "dramatiq group+callback"),
+        ("chord", "celery", "celery chord"),
+    ):
+        target(f"{case} speed, PostgreSQL store / {label}", ratio(speed(case, POSTGRES_STORE), speed(case, other)), "")
+    target(
+        "chain step CPU, all tiers, PostgreSQL store / dramatiq",
+        ratio(m("chains", POSTGRES_STORE, "total_cpu_us_per_step"), m("chains", "dramatiq", "total_cpu_us_per_step")),
+        "",
+    )
+    target("app.start, PostgreSQL store (starts/s)", m("starts", POSTGRES_STORE, "starts_per_s"), "")
+    target(
+        "starts/s, PostgreSQL store / Redis store",
+        ratio(m("starts", POSTGRES_STORE, "starts_per_s"), m("starts", "rabbit-pipelines", "starts_per_s")),
+        "",
+    )
+
+
 def store_and_broker_cases(
     wanted: set[str],
     *,
     rounds: int,
     sizes: Sizes,
     ours: Ours,
+    stores: list[System],
     results: Results,
     extra: dict[str, Any],
     log: Callable[[str], Path],
 ) -> None:
-    """The cases of the run store's memory and scale, of starting runs from threads, and of RabbitMQ's own
-    cost per message."""
+    """The cases of the run store's memory and scale, of starting runs from threads (on each of ``stores``),
+    and of RabbitMQ's own cost per message."""
     if "memory" in wanted:
         alternate(
             [ours],
@@ -211,7 +245,7 @@ def store_and_broker_cases(
             "memory",
         )
     if "starts" in wanted:
-        alternate([ours], rounds, lambda s: starts.starts(ours, sizes.starts), results, "starts")
+        alternate(stores, rounds, lambda s: starts.starts(cast(Ours, s), sizes.starts), results, "starts")
     if "broker" in wanted:
         for variant, figures in broker_cost.measure(rounds, sizes.broker).items():
             for figure in figures:
@@ -224,11 +258,27 @@ def store_and_broker_cases(
             print(f"  scale        {members} members, {runs} runs done", flush=True)
 
 
+#: Every case, in the order they run.
+CASES = (
+    "startup",
+    "throughput",
+    "enqueue",
+    "chains",
+    "chord",
+    "fanout",
+    "latency",
+    "memory",
+    "starts",
+    "broker",
+    "scale",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per case (default 3; medians are reported)")
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes: a smoke run")
-    parser.add_argument("--cases", nargs="*", default=None, help="only these cases")
+    parser.add_argument("--cases", nargs="*", default=None, help="only these cases (by spaces or commas)")
     parser.add_argument(
         "--no-tracing", action="store_true", help="run our workers without tracing (to see what tracing costs)"
     )
@@ -238,24 +288,17 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="our store waits for this many replicas (store.wait_for_replicas; BENCH_REDIS_URL must have them)",
     )
+    parser.add_argument(
+        "--no-postgres-store",
+        action="store_true",
+        help="leave out our system on the PostgreSQL store (chains, chord, starts; BENCH_POSTGRES_URL)",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else Sizes()
-    wanted = set(
-        args.cases
-        or [
-            "startup",
-            "throughput",
-            "enqueue",
-            "chains",
-            "chord",
-            "fanout",
-            "latency",
-            "memory",
-            "starts",
-            "broker",
-            "scale",
-        ]
-    )
+    named = {case for given in args.cases or [] for case in given.split(",") if case}
+    if named - set(CASES):
+        parser.error(f"unknown case(s) {', '.join(sorted(named - set(CASES)))}: choose among {', '.join(CASES)}")
+    wanted = named or set(CASES)
     started = time.monotonic()
     logs = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     results = Results()
@@ -269,58 +312,82 @@ def main(argv: list[str] | None = None) -> int:
         ours = Ours(endpoint, tracing=not args.no_tracing, wait_for_replicas=args.wait_for_replicas)
         bare, celery, pika = BareDramatiq(), Celery(), RawPika()
         fully_traced = [] if args.no_tracing else [Ours(endpoint, sample_ratio=1.0, name=FULLY_TRACED)]
-        log = lambda name: logs / f"{name}.log"  # noqa: E731
-        if "startup" in wanted:
-            alternate([ours, bare], args.rounds, cases.startup, results, "startup")
-        if "throughput" in wanted:
-            alternate(
-                [ours, *fully_traced, bare, celery, pika],
-                args.rounds,
-                lambda s: cases.throughput(s, log(s.name), sizes.messages),
-                results,
-                "throughput",
-            )
-        if "enqueue" in wanted:
-            alternate(
-                [ours, bare, pika],
-                args.rounds,
-                lambda s: cases.enqueue_confirmed(s, sizes.messages, sizes.single),
-                results,
-                "enqueue",
-            )
-        if "chains" in wanted:
-            routed = Ours(endpoint, tracing=not args.no_tracing, local_steps=False, name=ROUTED)
-            alternate(
-                [ours, routed, bare, celery],
-                args.rounds,
-                lambda s: cases.chains(s, log(s.name), sizes.chains),
-                results,
-                "chains",
-            )
-            alternate([ours], 1, lambda s: census.chain_scripts(ours, log(s.name), sizes.census), results, "census")
-            alternate([ours], 1, lambda s: census.chain_hooks(ours, log(s.name), sizes.chains), results, "hooks")
-        if "chord" in wanted:
-            alternate(
-                [ours, bare, celery],
-                args.rounds,
-                lambda s: cases.chord_once(s, log(s.name), sizes.chord),
-                results,
-                "chord",
-            )
-        if "fanout" in wanted:
-            alternate(
-                [ours], args.rounds, lambda s: cases.fan_outs(ours, log(s.name), sizes.fan_out_runs), results, "fanout"
-            )
-        if "latency" in wanted:
-            alternate(
-                [ours, bare], args.rounds, lambda s: cases.latency(s, log(s.name), sizes.latency), results, "latency"
-            )
-        store_and_broker_cases(
-            wanted, rounds=args.rounds, sizes=sizes, ours=ours, results=results, extra=extra, log=log
+        schema = None if args.no_postgres_store else postgres.new_schema()
+        on_postgres = (
+            [Ours(endpoint, tracing=not args.no_tracing, name=POSTGRES_STORE, postgres_schema=schema)] if schema else []
         )
-        ours.app.broker.delete_topology()  # its quorum queues would otherwise stay on the broker
-        ours.app.close()
-        delete_other_systems_queues()
+        try:
+            log = lambda name: logs / f"{name}.log"  # noqa: E731
+            if "startup" in wanted:
+                alternate([ours, bare], args.rounds, cases.startup, results, "startup")
+            if "throughput" in wanted:
+                alternate(
+                    [ours, *fully_traced, bare, celery, pika],
+                    args.rounds,
+                    lambda s: cases.throughput(s, log(s.name), sizes.messages),
+                    results,
+                    "throughput",
+                )
+            if "enqueue" in wanted:
+                alternate(
+                    [ours, bare, pika],
+                    args.rounds,
+                    lambda s: cases.enqueue_confirmed(s, sizes.messages, sizes.single),
+                    results,
+                    "enqueue",
+                )
+            if "chains" in wanted:
+                routed = Ours(endpoint, tracing=not args.no_tracing, local_steps=False, name=ROUTED)
+                alternate(
+                    [ours, routed, *on_postgres, bare, celery],
+                    args.rounds,
+                    lambda s: cases.chains(s, log(s.name), sizes.chains),
+                    results,
+                    "chains",
+                )
+                alternate([ours], 1, lambda s: census.chain_scripts(ours, log(s.name), sizes.census), results, "census")
+                alternate([ours], 1, lambda s: census.chain_hooks(ours, log(s.name), sizes.chains), results, "hooks")
+            if "chord" in wanted:
+                alternate(
+                    [ours, *on_postgres, bare, celery],
+                    args.rounds,
+                    lambda s: cases.chord_once(s, log(s.name), sizes.chord),
+                    results,
+                    "chord",
+                )
+            if "fanout" in wanted:
+                alternate(
+                    [ours],
+                    args.rounds,
+                    lambda s: cases.fan_outs(ours, log(s.name), sizes.fan_out_runs),
+                    results,
+                    "fanout",
+                )
+            if "latency" in wanted:
+                alternate(
+                    [ours, bare],
+                    args.rounds,
+                    lambda s: cases.latency(s, log(s.name), sizes.latency),
+                    results,
+                    "latency",
+                )
+            store_and_broker_cases(
+                wanted,
+                rounds=args.rounds,
+                sizes=sizes,
+                ours=ours,
+                stores=[ours, *on_postgres],
+                results=results,
+                extra=extra,
+                log=log,
+            )
+        finally:
+            ours.app.broker.delete_topology()  # its quorum queues would otherwise stay on the broker
+            for system in [ours, *on_postgres]:
+                system.app.close()
+            delete_other_systems_queues()
+            if schema:
+                postgres.drop_schema(schema)
     redis_client().flushdb()
     print_table(results, extra, args.rounds, sizes, time.monotonic() - started)
     return 0
@@ -330,14 +397,18 @@ def print_tiers(results: Results) -> None:
     """Where a chain step's CPU goes, tier by tier, for each system (medians, microseconds per step),
     its Redis commands (in all and by command), its publisher-confirm waits, and which store scripts
     our steps run (the census)."""
-    systems = [s for s in ("rabbit-pipelines", ROUTED, "dramatiq", "celery") if results.median("chains", s, "seconds")]
+    systems = [
+        s
+        for s in ("rabbit-pipelines", ROUTED, POSTGRES_STORE, "dramatiq", "celery")
+        if results.median("chains", s, "seconds")
+    ]
     if not systems:
         return
     chain_metrics = {metric for case, system, metric in results.samples if case == "chains" and system in systems}
     by_command = sorted(
         m for m in chain_metrics if m.startswith("redis_") and m != "redis_commands_per_step" and "cpu" not in m
     )
-    print(f"\n{'chain step, per step':<28}" + "".join(f"{s:>18}" for s in systems))
+    print(f"\n{'chain step, per step':<28}" + "".join(f"{COLUMNS.get(s, s):>18}" for s in systems))
     for metric in (
         *(f"{t}_cpu_us_per_step" for t in tiers.TIERS),
         "total_cpu_us_per_step",
@@ -408,11 +479,11 @@ def print_table(results: Results, extra: dict[str, Any], rounds: int, sizes: Siz
             label = f"{metric} x{growth:g}"
             print(f"{'scale':<12} {'slope':<18} {label:<28} {b[metric] / a[metric]:>12.2f}  (linear: {growth:g})")
     print_tiers(results)
-    print(f"\n{'target':<52} {'value':>8}  {'goal':<22} met")
+    print(f"\n{'target':<56} {'value':>8}  {'goal':<22} met")
     targets = report(results, rounds, sizes)
     for name, value, goal, ok in targets:
         shown = "-" if value is None else f"{value:.2f}"
-        print(f"{name:<52} {shown:>8}  {goal:<22} {'yes' if ok else 'no' if ok is False else '-'}")
+        print(f"{name:<56} {shown:>8}  {goal:<22} {'yes' if ok else 'no' if ok is False else '-'}")
     print(f"\nelapsed {elapsed:.0f} s")
     RESULTS.mkdir(exist_ok=True)
     lines = []

@@ -18,13 +18,14 @@ import argparse
 import multiprocessing
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import redis
 from redis.cluster import RedisCluster
 
 from pipelines.store import NewRun, RedisRunStore
 from pipelines.store.redis_cluster import cluster_client
+from pipelines.store.roles import RunSteps
 
 BATCH = 500
 
@@ -38,30 +39,55 @@ def _primaries(client: RedisCluster) -> dict[str, redis.Redis]:
     return {f"{n.host}:{n.port}": n.redis_connection for n in client.get_primaries() if n.redis_connection is not None}
 
 
-def _drive(url: str, namespace: str, count: int, wait_for_replicas: int) -> None:
-    """Create ``count`` runs in batches, claiming and completing each one's first step: one caller."""
+def drive(store: RunSteps, count: int) -> None:
+    """Create ``count`` three-step chain runs in batches, claiming and completing each one's first step:
+    one caller, one call at a time."""
+    for first in range(0, count, BATCH):
+        runs = [
+            NewRun(
+                run_id=uuid.uuid4().hex,
+                pipeline="chain3",
+                steps=[("0", "a"), ("1", "b"), ("2", "c")],
+                starts={"1": '[{"node": "1"}]', "2": '[{"node": "2"}]'},
+                entries={"1": ["1"], "2": ["2"]},
+            )
+            for _ in range(first, min(first + BATCH, count))
+        ]
+        store.create_runs(runs)
+        for run in runs:
+            store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
+            store.complete_step(run.run_id, "0", (), "1")
+
+
+def _drive(url: str, namespace: str, wait_for_replicas: int, count: int) -> None:
+    """:func:`drive` on a store of its own: one caller process."""
     store = RedisRunStore(url=url, namespace=namespace, retention_s=3600, wait_for_replicas=wait_for_replicas)
     try:
-        for first in range(0, count, BATCH):
-            runs = [
-                NewRun(
-                    run_id=uuid.uuid4().hex,
-                    pipeline="chain3",
-                    steps=[("0", "a"), ("1", "b"), ("2", "c")],
-                    starts={"1": '[{"node": "1"}]', "2": '[{"node": "2"}]'},
-                    entries={"1": ["1"], "2": ["2"]},
-                )
-                for _ in range(first, min(first + BATCH, count))
-            ]
-            store.create_runs(runs)
-            for run in runs:
-                store.claim_step(run.run_id, "0", attempt=1, lease_ms=60_000)
-                store.complete_step(run.run_id, "0", (), "1")
+        drive(store, count)
         short = store.replica_wait.short if store.replica_wait is not None else 0
         if short:
             print(f"a caller: {short} write(s) acknowledged by fewer replicas than asked within the wait")
     finally:
         store.close()
+
+
+def in_callers(target: Callable[..., None], args: tuple[object, ...], runs: int, callers: int) -> float:
+    """``target(*args, share)`` in each of ``callers`` processes, their shares adding up to ``runs``; the
+    seconds from the first start to the last end.
+
+    Raises:
+        SystemExit: A caller failed (its traceback is above).
+    """
+    shares = [runs // callers + (k < runs % callers) for k in range(callers)]
+    processes = [multiprocessing.Process(target=target, args=(*args, share)) for share in shares if share]
+    started = time.perf_counter()
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+    if any(process.exitcode for process in processes):
+        raise SystemExit("a caller failed: see its traceback above")
+    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -80,23 +106,8 @@ def main() -> None:
     primaries = _primaries(client)
     before = {name: _commands(node) for name, node in primaries.items()}
     memory_before = {name: int(node.info("memory")["used_memory"]) for name, node in primaries.items()}
-    started = time.perf_counter()
     try:
-        shares = [
-            options.runs // options.callers + (k < options.runs % options.callers) for k in range(options.callers)
-        ]
-        callers = [
-            multiprocessing.Process(target=_drive, args=(options.url, namespace, share, options.wait_for_replicas))
-            for share in shares
-            if share
-        ]
-        for caller in callers:
-            caller.start()
-        for caller in callers:
-            caller.join()
-        if any(caller.exitcode for caller in callers):
-            raise SystemExit("a caller failed: see its traceback above")
-        elapsed = time.perf_counter() - started
+        elapsed = in_callers(_drive, (options.url, namespace, options.wait_for_replicas), options.runs, options.callers)
         memory = {
             name: int(node.info("memory")["used_memory"]) - memory_before[name] for name, node in primaries.items()
         }

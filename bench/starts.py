@@ -17,7 +17,7 @@ THREADS = 8
 
 def starts(system: Ours, n: int) -> dict[str, float]:
     """Starts per second of ``n`` 3-step chains from ``THREADS`` threads, and producer CPU per start."""
-    m = system.module
+    m = system.actors
     pipeline = chain(step(m.hop, "starts"), step(m.hop, "starts"), step(m.last, "starts"))
     system.purge()
     system.app.start(pipeline)  # connections and scripts ready before the clock starts

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,23 @@ from typing import Any, Protocol
 import pika
 
 from bench.common import AMQP_URL, BIN, NAMESPACE, PROCESSES, REDIS_URL, THREADS, Worker, base_env
+from bench.postgres import POSTGRES_URL
+from pipelines.app import App, build_app
 from tests.support.ports import free_port
+
+#: The module our workers run, which builds the app from ``PIPELINES_*`` and declares the actors.
+OURS_WORKER = "bench.ours_worker"
+
+
+def _postgres_producer(schema: str) -> tuple[App, Any]:
+    """The producer side of a PostgreSQL store variant: an app of its own, configured as the first system's
+    but for its store, on the same queues (the namespace is the same: no more queues on the broker), and
+    the actors declared again on its broker."""
+    if OURS_WORKER not in sys.modules:
+        raise RuntimeError("Build the Redis store's system first: its configuration is the one the variant changes.")
+    worker_module: Any = sys.modules[OURS_WORKER]
+    app = build_app(worker_module.app.settings.with_overrides(store={"url": POSTGRES_URL, "postgres_schema": schema}))
+    return app, worker_module.declare_actors(app.broker)
 
 
 class System(Protocol):
@@ -55,7 +72,8 @@ def delete_other_systems_queues() -> None:
 
 class Ours:
     """rabbit-pipelines with its full default middleware, tracing exported to a local receiver (at the
-    shipped sampling unless ``sample_ratio`` is given), metrics."""
+    shipped sampling unless ``sample_ratio`` is given), metrics; its runs stored in Redis, or in
+    PostgreSQL in the schema ``postgres_schema`` names (which the run must drop at its end)."""
 
     name = "rabbit-pipelines"
 
@@ -68,19 +86,24 @@ class Ours:
         name: str | None = None,
         wait_for_replicas: int = 0,
         local_steps: bool = True,
+        postgres_schema: str | None = None,
     ) -> None:
         self.name = name or self.name
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
         self.counters_dir = Path(tempfile.mkdtemp(prefix="bench-counters-"))
         ratio = {} if sample_ratio is None else {"PIPELINES_TELEMETRY__SAMPLE_RATIO": str(sample_ratio)}
+        store = (
+            {"PIPELINES_STORE__URL": POSTGRES_URL, "PIPELINES_STORE__POSTGRES_SCHEMA": postgres_schema}
+            if postgres_schema
+            else {"PIPELINES_STORE__URL": REDIS_URL, "PIPELINES_STORE__WAIT_FOR_REPLICAS": str(wait_for_replicas)}
+        )
         self.env = (
             base_env()
             | ratio
+            | store
             | {
                 "PIPELINES_NAMESPACE": NAMESPACE,
                 "PIPELINES_BROKER__URL": AMQP_URL,
-                "PIPELINES_STORE__URL": REDIS_URL,
-                "PIPELINES_STORE__WAIT_FOR_REPLICAS": str(wait_for_replicas),
                 "PIPELINES_TELEMETRY__ENABLED": "true" if tracing else "false",
                 "PIPELINES_TELEMETRY__ENDPOINT": otlp_endpoint,
                 "PIPELINES_METRICS__ENABLED": "true",
@@ -93,10 +116,15 @@ class Ours:
         )
         # The producer side: this process builds the same app and declares the same actors (the first
         # system built sets its configuration; a variant shares it and differs in its workers only).
+        self.app: Any
+        self.actors: Any
+        if postgres_schema:
+            self.app, self.actors = _postgres_producer(postgres_schema)
+            return
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("PIPELINES_")})
         os.environ["BENCH_REDIS_URL"] = REDIS_URL
-        self.module: Any = importlib.import_module("bench.ours_worker")
-        self.app = self.module.app
+        worker_module: Any = importlib.import_module(OURS_WORKER)
+        self.app, self.actors = worker_module.app, worker_module.actors
 
     def worker(self, log: Path) -> Worker:
         for stale in self.counters_dir.glob("*.json"):
@@ -113,7 +141,7 @@ class Ours:
         return totals
 
     def noops(self, key: str, n: int) -> None:
-        messages = [self.module.noop.message(key) for _ in range(n)]
+        messages = [self.actors.noop.message(key) for _ in range(n)]
         for start in range(0, n, 2000):
             self.app.broker.enqueue_many(messages[start : start + 2000])
 

@@ -1,9 +1,10 @@
-"""CPU of each tier a step goes through (worker, RabbitMQ, Redis, producer), Redis commands and publisher
-confirm waits, read around a measurement so a case can report them per step.
+"""CPU of each tier a step goes through (worker, RabbitMQ, Redis, PostgreSQL, producer), Redis commands
+and publisher confirm waits, read around a measurement so a case can report them per step.
 
 CPU comes from the kernel's accounting (``/proc/<pid>/stat`` through psutil: user + system time) of
 the worker's whole process tree, of the RabbitMQ node (``beam.smp``) and the ``redis-server`` that
-listen on the benchmark's ports, and of this process (the producer). Redis commands are the
+listen on the benchmark's ports, of the PostgreSQL backends serving the worker's and this process's
+connections (none unless the run store is PostgreSQL), and of this process (the producer). Redis commands are the
 differences of ``INFO commandstats`` (scripts' inner commands included), by command, less the
 benchmark's own (its readings and its polling of the counters it waits on).
 """
@@ -16,11 +17,11 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from bench import common
+from bench import common, postgres
 from bench.common import AMQP_URL, REDIS_URL, Worker, redis_client
 
 #: The tiers, as reported.
-TIERS = ("worker", "rabbitmq", "redis", "producer")
+TIERS = ("worker", "rabbitmq", "redis", "postgres", "producer")
 #: Commands only the benchmark itself sends: its readings, and the set-up of its connections.
 OWN_COMMANDS = frozenset({"info", "client|setinfo", "select"})
 
@@ -77,11 +78,14 @@ class Reading:
 
 def read(worker: Worker) -> Reading:
     """CPU seconds of each tier so far, and Redis commands so far. The worker's processes must stay the
-    same between two readings (a process that exits takes its CPU time with it)."""
+    same between two readings (a process that exits takes its CPU time with it), and so must the
+    PostgreSQL backends that serve them (a pooled connection stays open)."""
+    tree = _worker_tree(worker)
     cpu = {
-        "worker": _cpu_s(_worker_tree(worker)),
+        "worker": _cpu_s(tree),
         "rabbitmq": _cpu_s(_listening_on(AMQP_URL, "beam.smp")),
         "redis": _cpu_s(_listening_on(REDIS_URL, "redis-server")),
+        "postgres": _cpu_s(postgres.backends_of([*tree, psutil.Process()])),
         "producer": _cpu_s([psutil.Process()]),
     }
     return Reading(cpu, redis_commands())
