@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg import errors
+from psycopg import errors, pq
 from psycopg.rows import DictRow, dict_row
 
 from pipelines.config.masking import mask_url
@@ -62,16 +62,20 @@ class Connections:
     def transaction(self) -> Iterator[Cursor]:
         """A cursor in a transaction of its own, committed when the block ends without an error.
 
-        Its statements are pipelined: those whose rows are not read go out with the next one that is (or
-        with the commit), so a decision costs a round trip per read, not per statement.
+        Its statements are pipelined: those whose rows are not read go out with the next one that is, and
+        the last ones with the commit, so a decision costs a round trip per read and one for the commit.
+        (``BEGIN`` and ``COMMIT`` are sent as statements: psycopg's own transaction block waits for an answer
+        to ``BEGIN`` alone, and for an empty batch after the commit.)
         """
-        with (
-            self.connection() as conn,
-            conn.pipeline(),
-            conn.transaction(),
-            conn.cursor(row_factory=dict_row) as cursor,
-        ):
-            yield cursor
+        with self.connection() as conn:
+            try:
+                with conn.pipeline(), conn.cursor(row_factory=dict_row) as cursor:
+                    cursor.execute("BEGIN")
+                    yield cursor
+                    cursor.execute("COMMIT")
+            except BaseException:
+                _roll_back(conn)
+                raise
 
     def _prepare(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
         """Migrate the schema if it lags behind, then open a pool (again, after :meth:`close`); the pool."""
@@ -174,6 +178,14 @@ class Connections:
             f"{where} does not answer ({text}). Is it running? Try `docker compose up -d postgres`, or set "
             "store.url in config.toml."
         )
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End a transaction a failed decision left open (a broken connection is the pool's to discard)."""
+    if conn.closed or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    with suppress(psycopg.Error):  # the connection broke: the server rolled the transaction back
+        conn.execute("ROLLBACK")
 
 
 def _first_line(error: BaseException | str) -> str:
