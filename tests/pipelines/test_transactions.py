@@ -24,6 +24,7 @@ from pipelines import chain, step
 from pipelines.app import App
 from pipelines.errors import DefinitionError, RunFailed, RunNotFound
 from pipelines.middleware.outbox_relay import OutboxRelay
+from pipelines.store.postgres import PostgresRunStore
 from pipelines.store.roles.transactions import OutboxRelaying
 from tests.support.backends import POSTGRES_URL, Backend, on, schema_of
 from tests.support.fixtures import MakeApp, StartWorker
@@ -265,3 +266,28 @@ def test_the_guides_order_example_commits_an_order_with_its_run(services: None, 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as c:
             c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     assert done.returncode == 0, f"{EXAMPLE.name} failed:\n{done.stdout}\n{done.stderr}"
+
+
+@on(Backend("memory", "postgres"))
+def test_an_outbox_entry_that_cannot_be_read_is_logged_and_left_out_not_retried_forever(
+    make_app: MakeApp,
+    start_worker: StartWorker,
+    conn: psycopg.Connection[Any],
+    orders: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = make_app()
+    actors = declare_shipping(app, orders)
+    assert isinstance(app.store, PostgresRunStore)
+    with conn.transaction():
+        run = app.start(actors["ship"].message(), args=(14,), connection=conn)
+        conn.execute(
+            f"INSERT INTO \"{app.store.schema}\".outbox (ns, run_id, messages, created_at) VALUES (%s, 'tampered', "
+            "'not json', 0)",
+            [app.settings.namespace],
+        )
+    assert relay(app) == 2  # both taken: the readable one published, the other logged
+    assert "The outbox entry of run tampered cannot be published" in caplog.text
+    assert relay(app) == 0
+    start_worker(app)
+    assert run.result(timeout_s=TIMEOUT_S) == "shipped 14"
