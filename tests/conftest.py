@@ -50,6 +50,7 @@ from tests.support.housekeeping import (
     rabbitmqctl,
     stop_leftover_processes,
 )
+from tests.support.own_postgres import OwnPostgres, missing_binaries
 from tests.support.stuck_servers import StuckServer
 
 
@@ -315,3 +316,19 @@ def closing_server() -> Iterator[StuckServer]:
 def no_rabbitmqctl(monkeypatch: pytest.MonkeyPatch) -> None:
     """As on a machine whose broker runs in a container: no rabbitmqctl to run."""
     monkeypatch.setenv("PIPELINES_TEST_RABBITMQCTL", "rabbitmqctl-not-installed")
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnPostgres]:
+    """A PostgreSQL cluster of the test's own, which it may stop and restart; removed afterwards. Fails (never
+    skips) where none can be made."""
+    problem = missing_binaries()
+    if problem is not None:
+        pytest.fail(f"This test starts a PostgreSQL cluster of its own, and {problem}.", pytrace=False)
+    cluster = OwnPostgres()
+    try:
+        cluster.init()
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from pipelines.config.settings import Settings
-from tests.support.backends import AMQP_URL, REDIS_URL
+from tests.support.backends import AMQP_URL, REDIS_URL, schema_of
 
 # The worker imports this suite's modules by name; so does the producer.
 from tests.support.faults.fault_scenario import Fault
 from tests.support.housekeeping import fresh_namespace
+from tests.support.own_postgres import OwnPostgres
 
 #: Leases short enough that work held by a killed worker is taken over within seconds.
 LEASE_S = 4
@@ -76,6 +77,24 @@ def renewing(services: None, delete_namespace: Callable[[str], None], tmp_path: 
     """A scenario whose lease is short and whose time limit is the shipped one: a step outlives many leases."""
     namespace = fresh_namespace()
     made = scenario(namespace, tmp_path / "worker.log", store={"step_lease_s": LEASE_S})
+    yield made
+    made.workers.stop()
+    made.ledger.clear()
+    made.app.close()
+    delete_namespace(namespace)
+
+
+@pytest.fixture
+def on_own_postgres(
+    services: None, delete_namespace: Callable[[str], None], tmp_path: Path, own_postgres: OwnPostgres
+) -> Iterator[Fault]:
+    """A fault scenario whose run store is the test's own cluster (the shipped leases and time limits)."""
+    namespace = fresh_namespace()
+    made = scenario(
+        namespace,
+        tmp_path / "worker.log",
+        store={"url": own_postgres.url(), "postgres_schema": schema_of(namespace)},
+    )
     yield made
     made.workers.stop()
     made.ledger.clear()

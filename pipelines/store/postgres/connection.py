@@ -2,6 +2,11 @@
 failures mean for the caller (each one it can act on becomes a :class:`~pipelines.errors.StoreUnavailable`
 that says what to do: a refused login, a missing database, a user without rights, no answer).
 
+A server that restarts closes every connection, the idle ones in the pool too, and a pooled connection learns it
+only when it is next used. So the first call that finds its connection lost has the pool test the idle
+ones and replace those that are gone, rather than each failing a call of its own; the calls that find
+their connection alive pay nothing for it.
+
 Every statement names its tables with the schema (no ``search_path`` is set), and no statement leaves state
 on the session, so the store works through a pooler in transaction mode (PgBouncer) when told it is
 ``pooled``: psycopg then prepares nothing on the server (a prepared statement is a session's), and the
@@ -43,6 +48,7 @@ class Connections:
         self.s = tables.quoted(schema)
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._lock = threading.Lock()
+        self._checking = threading.Lock()
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
@@ -50,7 +56,22 @@ class Connections:
         with self.answering():
             pool = self._pool or self._prepare()
             with pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                except psycopg.OperationalError:
+                    if conn.broken:  # the connection is lost: the server restarted, most often
+                        self._replace_lost(pool)
+                    raise
+
+    def _replace_lost(self, pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]]) -> None:
+        """Test the pool's idle connections and replace those that are gone (one thread at a time)."""
+        if not self._checking.acquire(blocking=False):
+            return  # another thread is testing them already
+        try:
+            with suppress(psycopg.Error):  # a pool closed meanwhile: the call's error is the one to say
+                pool.check()
+        finally:
+            self._checking.release()
 
     def ready(self) -> None:
         """The schema migrated (at the first call), before writing on a connection that is not the pool's."""
