@@ -33,6 +33,10 @@ from pipelines.store.postgres import schema as tables
 CONNECT_TIMEOUT_S = 5.0
 #: The most connections one store's pool opens (a worker's threads, its heartbeat and sweeps).
 POOL_MAX_SIZE = 16
+#: Seconds the pool tries again to replace a lost connection (after 1 s, then 2 s, each capped to this) before
+#: it gives up; the next call that finds no connection starts a new try at once. psycopg_pool's default, 5
+#: minutes, doubles the wait each time: a primary promoted 8 s after the old one died was used 5.6 s later.
+RECONNECT_TIMEOUT_S = 2.0
 
 Cursor = psycopg.Cursor[DictRow]
 
@@ -118,6 +122,7 @@ class Connections:
                 min_size=1,
                 max_size=POOL_MAX_SIZE,
                 timeout=CONNECT_TIMEOUT_S,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S), **self._options},
                 name="pipelines-store",
                 open=False,
