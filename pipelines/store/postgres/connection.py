@@ -7,6 +7,11 @@ only when it is next used. So the first call that finds its connection lost has 
 ones and replace those that are gone, rather than each failing a call of its own; the calls that find
 their connection alive pay nothing for it.
 
+A failover is a restart whose server comes back elsewhere: a ``url`` that lists the primary and its standbys
+with ``target_session_attrs=read-write`` connects to whichever takes writes. Until one does, the pool's tries
+fail; it gives them up after ``RECONNECT_TIMEOUT_S``, and the next call starts afresh, so a late promotion is
+found within about a second.
+
 Every statement names its tables with the schema (no ``search_path`` is set), and no statement leaves state
 on the session, so the store works through a pooler in transaction mode (PgBouncer) when told it is
 ``pooled``: psycopg then prepares nothing on the server (a prepared statement is a session's), and the
