@@ -20,7 +20,7 @@ import socket
 import subprocess
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -50,8 +50,10 @@ from tests.support.housekeeping import (
     rabbitmqctl,
     stop_leftover_processes,
 )
-from tests.support.own_postgres import OwnPostgres, missing_binaries
+from tests.support.own_postgres import OwnPostgres, OwnReplicatedPostgres, missing_binaries
 from tests.support.stuck_servers import StuckServer
+
+ClusterT = TypeVar("ClusterT", OwnPostgres, OwnReplicatedPostgres)
 
 
 def _import_anyio_whole() -> None:
@@ -318,17 +320,30 @@ def no_rabbitmqctl(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIPELINES_TEST_RABBITMQCTL", "rabbitmqctl-not-installed")
 
 
-@pytest.fixture
-def own_postgres() -> Iterator[OwnPostgres]:
-    """A PostgreSQL cluster of the test's own, which it may stop and restart; removed afterwards. Fails (never
-    skips) where none can be made."""
-    problem = missing_binaries()
-    if problem is not None:
-        pytest.fail(f"This test starts a PostgreSQL cluster of its own, and {problem}.", pytrace=False)
-    cluster = OwnPostgres()
+def made_here(cluster: ClusterT, *steps: Callable[[], None]) -> Iterator[ClusterT]:
+    """``cluster`` once ``steps`` made and started it, closed (and removed) afterwards. Fails (never skips) where
+    no PostgreSQL cluster can be made."""
     try:
-        cluster.init()
-        cluster.start()
+        problem = missing_binaries()
+        if problem is not None:
+            pytest.fail(f"This test starts PostgreSQL of its own, and {problem}.", pytrace=False)
+        for made in steps:
+            made()
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnPostgres]:
+    """A PostgreSQL cluster of the test's own, which it may stop and restart; removed afterwards."""
+    cluster = OwnPostgres()
+    yield from made_here(cluster, cluster.init, cluster.start)
+
+
+@pytest.fixture
+def own_replicated_postgres() -> Iterator[OwnReplicatedPostgres]:
+    """A PostgreSQL primary and its synchronous standby, of the test's own: it may kill the primary and promote
+    the standby. Both are removed afterwards."""
+    pair = OwnReplicatedPostgres()
+    yield from made_here(pair, pair.start)

@@ -95,11 +95,17 @@ def is_postgres_url(url: str) -> bool:
 
 
 def check_store_url(url: str) -> str:
-    """A run store's URL: PostgreSQL's (``postgresql://user@host:5432/database``), or Redis's as
+    """A run store's URL: PostgreSQL's (``postgresql://user@host:5432/database``, or libpq's several hosts,
+    ``postgresql://user@db1:5432,db2:5432/database?target_session_attrs=read-write``), or Redis's as
     :func:`check_redis_url` reads it."""
     if not is_postgres_url(url):
         return check_redis_url(url)
-    check_url(url, POSTGRES_SCHEMES)
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2].split(",")
+    if len(hosts) > 1 and not all(hosts):
+        raise ValueError("expected hosts separated by single commas, like postgresql://user@db1:5432,db2:5432/app")
+    for host in hosts:  # each host's port is a number
+        check_url(f"{parts.scheme}://{host}", POSTGRES_SCHEMES)
     if not urlsplit(url).path.strip("/"):
         raise ValueError("expected the database after the host, like postgresql://user@host:5432/app")
     return url

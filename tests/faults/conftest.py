@@ -15,7 +15,7 @@ from tests.support.backends import AMQP_URL, REDIS_URL, schema_of
 # The worker imports this suite's modules by name; so does the producer.
 from tests.support.faults.fault_scenario import Fault
 from tests.support.housekeeping import fresh_namespace
-from tests.support.own_postgres import OwnPostgres
+from tests.support.own_postgres import OwnPostgres, OwnReplicatedPostgres
 
 #: Leases short enough that work held by a killed worker is taken over within seconds.
 LEASE_S = 4
@@ -84,19 +84,31 @@ def renewing(services: None, delete_namespace: Callable[[str], None], tmp_path: 
     delete_namespace(namespace)
 
 
-@pytest.fixture
-def on_own_postgres(
-    services: None, delete_namespace: Callable[[str], None], tmp_path: Path, own_postgres: OwnPostgres
-) -> Iterator[Fault]:
-    """A fault scenario whose run store is the test's own cluster (the shipped leases and time limits)."""
+def on_postgres(url: str, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
+    """A fault scenario whose run store is the PostgreSQL ``url`` names (the shipped leases and time limits)."""
     namespace = fresh_namespace()
-    made = scenario(
-        namespace,
-        tmp_path / "worker.log",
-        store={"url": own_postgres.url(), "postgres_schema": schema_of(namespace)},
-    )
+    made = scenario(namespace, tmp_path / "worker.log", store={"url": url, "postgres_schema": schema_of(namespace)})
     yield made
     made.workers.stop()
     made.ledger.clear()
     made.app.close()
     delete_namespace(namespace)
+
+
+@pytest.fixture
+def on_own_postgres(
+    services: None, delete_namespace: Callable[[str], None], tmp_path: Path, own_postgres: OwnPostgres
+) -> Iterator[Fault]:
+    """A fault scenario whose run store is the test's own cluster."""
+    yield from on_postgres(own_postgres.url(), delete_namespace, tmp_path)
+
+
+@pytest.fixture
+def on_replicated_postgres(
+    services: None,
+    delete_namespace: Callable[[str], None],
+    tmp_path: Path,
+    own_replicated_postgres: OwnReplicatedPostgres,
+) -> Iterator[Fault]:
+    """A fault scenario whose run store is the test's own primary and standby, both named in store.url."""
+    yield from on_postgres(own_replicated_postgres.url(), delete_namespace, tmp_path)

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from pipelines import Run, RunStatus, chain, step
-from pipelines.errors import StoreUnavailable
+from pipelines import chain, step
 from tests.support.faults.fault_scenario import Fault
+from tests.support.faults.postgres_faults import Aftermath, assert_nothing_lost, settle
 from tests.support.own_postgres import OwnPostgres
 
 CHAINS = 200
@@ -26,21 +26,6 @@ WORK_S = 0.05
 OUTAGE_S = 2.0
 #: Longest the runs may take to settle once the server is back.
 SETTLE_S = 45.0
-
-
-def settle(runs: list[Run[int]], deadline: float) -> tuple[list[RunStatus], int]:
-    """Every run's final status (awaited through the store's notifications), and how many of the test's own
-    calls the store failed on the way (its pooled connections went down with the server too)."""
-    statuses, failed = [], 0
-    for run in runs:
-        while True:
-            try:
-                statuses.append(run.wait(max(deadline - time.monotonic(), 0.1)))
-                break
-            except StoreUnavailable:
-                failed += 1
-                assert time.monotonic() < deadline, f"the store still fails the test's calls on run {run.id}"
-    return statuses, failed
 
 
 @pytest.mark.parametrize("outage_s", [0.0, OUTAGE_S], ids=["restart", "outage"])
@@ -68,26 +53,16 @@ def test_a_postgresql_restart_mid_load_loses_nothing_and_every_run_resumes(
     statuses, test_calls_failed = settle(runs, back + SETTLE_S)
     settled_s = time.monotonic() - back
 
-    effects = fault.ledger.count("chain", "effects")
-    executions = fault.ledger.count("chain", "executions")
-    re_executed = sum(count - 1 for count in executions.values())
-    text = fault.log.read_text(errors="replace")
-    # psycopg's pool says which connections it found lost: one a call failed on, or one idle and tested.
-    worker_calls_failed = text.count("discarding closed connection")
-    idle_replaced = text.count("discarding broken connection")
+    after = Aftermath.of(fault)
     print(
         f"\nPostgreSQL down {back - stopped:.1f} s after {len(before)}/{STEPS} steps had started: steps started "
         f"again {resumed_s:.1f} s after it was back, every run had succeeded {settled_s:.1f} s after; store calls "
-        f"failed on a lost connection: {worker_calls_failed} in the worker ({idle_replaced} idle lost ones replaced "
-        f"before use), {test_calls_failed} of the test's own; step bodies run again: {re_executed}"
+        f"failed on a lost connection: {after.lost} in the worker ({after.idle_replaced} idle lost ones replaced "
+        f"before use), {test_calls_failed} of the test's own; step bodies run again: {after.re_executed}"
     )
-    assert [status.state for status in statuses] == ["succeeded"] * CHAINS
-    assert all(status.result == 3 for status in statuses)
-    assert set(effects) == {f"c{n}:{value}" for n in range(CHAINS) for value in range(3)}
+    assert_nothing_lost(fault, statuses, [f"c{n}" for n in range(CHAINS)], after)
     # A body runs again only once its step's lease lapsed (store.step_lease_s): an outage this short lapses
     # none. An end not recorded meanwhile is recorded later, without running the body again.
-    assert re_executed == 0
+    assert after.re_executed == 0
     # The test's own pool lost its connections with the server: one call failed at most, not one per connection.
     assert test_calls_failed <= 1
-    assert fault.app.dead_letters.list() == []
-    assert not fault.workers.died()

@@ -489,3 +489,28 @@ def test_a_console_token_shorter_than_sixteen_characters_is_refused_without_show
 def test_a_pooled_postgresql_store_needs_a_direct_url_to_listen_on(store: dict[str, object], says: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(says)):
         Settings.from_values({"store": store})
+
+
+def test_a_postgresql_store_url_may_name_several_hosts_as_libpq_does_and_hides_its_password() -> None:
+    url = f"postgresql://app:{SECRET}@db1:5432,db2:5433/app?target_session_attrs=read-write"
+    settings = Settings.from_values({"store": {"url": url, "postgres_listen_url": url}})
+    assert settings.store.url == url
+    shown = json.dumps(settings.masked())
+    assert SECRET not in shown
+    assert "postgresql://app:***@db1:5432,db2:5433/app?target_session_attrs=read-write" in shown
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (f"postgresql://app:{SECRET}@db1:5432,db2:54x3/app", "port is a number"),
+        (f"postgresql://app:{SECRET}@db1:5432,,db2/app", "hosts separated by single commas"),
+    ],
+    ids=["a-port-not-a-number", "an-empty-host"],
+)
+def test_a_postgresql_url_with_a_bad_host_in_its_list_is_a_config_error_without_its_password(
+    url: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=says) as raised:
+        Settings.from_values({"store": {"url": url}})
+    assert SECRET not in str(raised.value)

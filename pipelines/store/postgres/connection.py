@@ -7,6 +7,11 @@ only when it is next used. So the first call that finds its connection lost has 
 ones and replace those that are gone, rather than each failing a call of its own; the calls that find
 their connection alive pay nothing for it.
 
+A failover is a restart whose server comes back elsewhere: a ``url`` that lists the primary and its standbys
+with ``target_session_attrs=read-write`` connects to whichever takes writes. Until one does, the pool's tries
+fail; it gives them up after ``RECONNECT_TIMEOUT_S``, and the next call starts afresh, so a late promotion is
+found within about a second.
+
 Every statement names its tables with the schema (no ``search_path`` is set), and no statement leaves state
 on the session, so the store works through a pooler in transaction mode (PgBouncer) when told it is
 ``pooled``: psycopg then prepares nothing on the server (a prepared statement is a session's), and the
@@ -33,6 +38,10 @@ from pipelines.store.postgres import schema as tables
 CONNECT_TIMEOUT_S = 5.0
 #: The most connections one store's pool opens (a worker's threads, its heartbeat and sweeps).
 POOL_MAX_SIZE = 16
+#: Seconds the pool tries again to replace a lost connection (after 1 s, then 2 s, each capped to this) before
+#: it gives up; the next call that finds no connection starts a new try at once. psycopg_pool's default, 5
+#: minutes, doubles the wait each time: a primary promoted 8 s after the old one died was used 5.6 s later.
+RECONNECT_TIMEOUT_S = 2.0
 
 Cursor = psycopg.Cursor[DictRow]
 
@@ -118,6 +127,7 @@ class Connections:
                 min_size=1,
                 max_size=POOL_MAX_SIZE,
                 timeout=CONNECT_TIMEOUT_S,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 kwargs={"autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S), **self._options},
                 name="pipelines-store",
                 open=False,

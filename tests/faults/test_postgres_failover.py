@@ -1,0 +1,116 @@
+"""The PostgreSQL run store's primary killed mid-load and its synchronous standby promoted (clusters of the
+test's own, both named in store.url): no run the producer saw created is lost, and every run succeeds.
+
+Figures (how long after the kill steps ran again and every run had succeeded, the store calls that failed,
+the bodies run twice) are printed; run with ``-s`` to see them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from pipelines import Run, chain, step
+from pipelines.app import App
+from pipelines.errors import StoreUnavailable
+from tests.support.faults.fault_scenario import Fault
+from tests.support.faults.postgres_faults import Aftermath, assert_nothing_lost, settle
+from tests.support.own_postgres import OwnReplicatedPostgres
+
+CHAINS = 200
+STEPS = 3 * CHAINS
+THREADS = 8
+#: Seconds each step's body takes: long enough that the kill lands mid-load, with idle pooled connections.
+WORK_S = 0.05
+#: Seconds between two of the producer's starts until the kill: it is still starting runs when the primary dies
+#: (it starts the rest at once after).
+PACE_S = 0.02
+#: How long the second case leaves the store without a primary, as a failover manager that waits for the
+#: old primary's lease to lapse before it promotes the standby.
+DOWN_S = 8.0
+#: Longest the runs may take to settle, and the producer to start them all, once the standby is promoted.
+SETTLE_S = 45.0
+
+
+class Producer(threading.Thread):
+    """Starts ``CHAINS`` three-step chains, one every ``pace_s``, counting the starts the store failed (their
+    runs are not the test's: the producer was never told they were created, so nothing of them was published)."""
+
+    def __init__(self, app: App, chain_step: Any, deadline: float) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.app = app
+        self.chain_step = chain_step
+        self.deadline = deadline
+        self.pace_s = PACE_S
+        self.started: list[tuple[str, Run[int]]] = []
+        self.failed = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for n in itertools.count():
+                if len(self.started) == CHAINS or time.monotonic() > self.deadline:
+                    return
+                try:
+                    tag = f"c{n}"
+                    self.started.append((tag, self.app.start(chain(*[step(self.chain_step, tag)] * 3), args=(0,))))
+                except StoreUnavailable:
+                    self.failed += 1
+                time.sleep(self.pace_s)  # the pace of the load: there is nothing to wait for
+        except BaseException as e:  # said by the test, which joins this thread
+            self.error = e
+
+    def runs(self) -> list[tuple[str, Run[int]]]:
+        self.join(max(self.deadline - time.monotonic(), 0.1))
+        assert not self.is_alive(), f"the producer had started {len(self.started)}/{CHAINS} runs by its deadline"
+        assert self.error is None, f"the producer failed: {self.error!r}"
+        assert len(self.started) == CHAINS, f"the producer started {len(self.started)}/{CHAINS} runs"
+        return self.started
+
+
+@pytest.mark.parametrize("down_s", [0.0, DOWN_S], ids=["promoted-at-once", "promoted-later"])
+def test_a_primary_killed_mid_load_loses_no_run_once_its_synchronous_standby_is_promoted_and_every_run_succeeds(
+    on_replicated_postgres: Fault, own_replicated_postgres: OwnReplicatedPostgres, down_s: float
+) -> None:
+    fault, pair = on_replicated_postgres, own_replicated_postgres
+    schema = fault.app.settings.store.postgres_schema
+    fault.workers.env["FAULT_WORK_S"] = str(WORK_S)
+    fault.workers.start(threads=THREADS)
+    producer = Producer(fault.app, fault.actors["chain_step"], time.monotonic() + SETTLE_S)
+    producer.start()
+
+    def started() -> set[str]:
+        return set(fault.ledger.count("chain", "executions"))
+
+    fault.wait_count(lambda: len(fault.ledger.count("chain", "effects")), STEPS // 3, "a third of the steps done")
+    seen = [run.id for _, run in producer.started]  # every start that returned: the producer saw these runs created
+    before = started()
+    pair.primary.kill()
+    killed = time.monotonic()
+    producer.pace_s = 0.0
+    time.sleep(down_s)  # no primary meanwhile: there is nothing to wait for
+    pair.promote()
+    promoted_s = time.monotonic() - killed
+    # Synchronous replication: a commit was answered once the standby had it, so no run the producer saw is lost.
+    found = pair.standby.sql(f'SELECT run_id FROM "{schema}".runs WHERE run_id = ANY(%s)', seen)
+    assert {run_id for (run_id,) in found} == set(seen)
+    fault.wait_until(lambda: started() - before, "a step started after the failover", timeout_s=SETTLE_S)
+    resumed_s = time.monotonic() - killed
+    runs = producer.runs()
+    statuses, test_calls_failed = settle([run for _, run in runs], killed + SETTLE_S)
+    settled_s = time.monotonic() - killed
+
+    after = Aftermath.of(fault)
+    print(
+        f"\nPrimary killed after {len(before)}/{STEPS} steps had started and {len(seen)}/{CHAINS} runs were created "
+        f"(all {len(seen)} found on the standby); standby promoted {promoted_s:.1f} s after the kill; steps started "
+        f"again {resumed_s:.1f} s after the kill, every run had succeeded {settled_s:.1f} s after; store calls "
+        f"failed: {after.calls_failed} in the worker ({after.lost} on a lost connection, and {after.idle_replaced} "
+        f"idle lost ones replaced before use), {test_calls_failed} of the test's waits, {producer.failed} of the "
+        f"producer's starts; step bodies run again: {after.re_executed}"
+    )
+    assert_nothing_lost(fault, statuses, [tag for tag, _ in runs], after)
