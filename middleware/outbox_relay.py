@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import dramatiq
 from dramatiq.middleware import Middleware
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 OUTBOX_SWEEP_S = 2.0
 #: Seconds before a relay that could not reach the store or the broker tries again.
 OUTBOX_RETRY_S = 1.0
+#: Longest a relay waits before it looks whether its worker is stopping, in seconds.
+STOP_CHECK_S = 0.2
 
 
 class OutboxRelay(Middleware):
@@ -66,7 +69,7 @@ class OutboxRelay(Middleware):
                 if wakeups is None:
                     wakeups = self.store.outbox_wakeups()  # before relaying: no commit between the two is missed
                 self.relay_once(broker)
-                wakeups.wait(self.sweep_s)
+                self._await_commit(wakeups)
             except Exception as e:
                 if isinstance(e, PipelinesError):  # the store or the broker is down: said in one line
                     logger.warning("The outbox relay could not publish yet (%s); trying again.", e)
@@ -76,6 +79,14 @@ class OutboxRelay(Middleware):
                 wakeups = None
                 self._stop.wait(OUTBOX_RETRY_S)
         _close(wakeups)
+
+
+    def _await_commit(self, wakeups: OutboxWakeups) -> None:
+        """Until a commit is heard or a sweep is due, in short waits, so a shutdown stops the relay at once."""
+        due = time.monotonic() + self.sweep_s
+        while not self._stop.is_set() and (left := due - time.monotonic()) > 0:
+            if wakeups.wait(min(left, STOP_CHECK_S)):
+                return
 
 
 def _close(wakeups: OutboxWakeups | None) -> None:

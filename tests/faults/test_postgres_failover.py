@@ -17,6 +17,7 @@ import pytest
 from pipelines import Run, chain, step
 from pipelines.app import App
 from pipelines.errors import StoreUnavailable
+from pipelines.store.postgres import PostgresRunStore
 from tests.support.faults.fault_scenario import Fault
 from tests.support.faults.postgres_faults import Aftermath, assert_nothing_lost, settle
 from tests.support.own_postgres import OwnReplicatedPostgres
@@ -72,6 +73,14 @@ class Producer(threading.Thread):
         return self.started
 
 
+def fault_store(fault: Fault) -> PostgresRunStore:
+    """A store of the scenario's settings, made now: its first call connects anew."""
+    settings = fault.app.settings.store
+    return PostgresRunStore(
+        url=settings.url, namespace=fault.app.settings.namespace, retention_s=60, schema=settings.postgres_schema
+    )
+
+
 @pytest.mark.parametrize("down_s", [0.0, DOWN_S], ids=["promoted-at-once", "promoted-later"])
 def test_a_primary_killed_mid_load_loses_no_run_once_its_synchronous_standby_is_promoted_and_every_run_succeeds(
     on_replicated_postgres: Fault, own_replicated_postgres: OwnReplicatedPostgres, down_s: float
@@ -92,7 +101,10 @@ def test_a_primary_killed_mid_load_loses_no_run_once_its_synchronous_standby_is_
     pair.primary.kill()
     killed = time.monotonic()
     producer.pace_s = 0.0
-    time.sleep(down_s)  # no primary meanwhile: there is nothing to wait for
+    if down_s:  # a call meanwhile is told that only a standby answers, not that nothing does
+        with pytest.raises(StoreUnavailable, match="has no server that takes writes"):
+            fault_store(fault).ping()
+    time.sleep(max(down_s - (time.monotonic() - killed), 0))  # no primary meanwhile: there is nothing to wait for
     pair.promote()
     promoted_s = time.monotonic() - killed
     # Synchronous replication: a commit was answered once the standby had it, so no run the producer saw is lost.

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tests.support.housekeeping import start_process, stop_process
+
 PGBOUNCER = "/usr/sbin/pgbouncer"
 #: Server connections per database and user: fewer than the store's pool, so clients share them.
 POOL_SIZE = 3
@@ -55,8 +57,10 @@ class OwnPgBouncer:
         shutil.chown(self.directory, "postgres")
         for path in self.directory.iterdir():
             shutil.chown(path, "postgres")
-        self.process = subprocess.Popen(
-            ["runuser", "-u", "postgres", "--", PGBOUNCER, str(ini)],
+        self.process = start_process(
+            [PGBOUNCER, str(ini)],
+            user="postgres",
+            group="postgres",
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -79,11 +83,6 @@ class OwnPgBouncer:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_process(self.process)
         shutil.rmtree(self.directory, ignore_errors=True)

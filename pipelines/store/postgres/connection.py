@@ -205,6 +205,11 @@ class Connections:
             return StoreUnavailable(
                 f"{where} has no such database ({text}). Create it (`createdb`), or name one that exists in store.url."
             )
+        if "read-only" in str(cause) or "hot standby" in str(cause):  # any host's line: libpq tries each
+            return StoreUnavailable(
+                f"{where} has no server that takes writes: those that answer are standbys ({text}). A failover is "
+                "under way (the store goes on once a standby is promoted), or store.url names no primary."
+            )
         return StoreUnavailable(
             f"{where} does not answer ({text}). Is it running? Try `docker compose up -d postgres`, or set "
             "store.url in config.toml."
