@@ -80,7 +80,6 @@ class OutboxRelay(Middleware):
                 self._stop.wait(OUTBOX_RETRY_S)
         _close(wakeups)
 
-
     def _await_commit(self, wakeups: OutboxWakeups) -> None:
         """Until a commit is heard or a sweep is due, in short waits, so a shutdown stops the relay at once."""
         due = time.monotonic() + self.sweep_s
