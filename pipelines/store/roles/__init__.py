@@ -23,7 +23,9 @@ StoreLifecycle a health check and the connection's end          the app
 
 :class:`RunStore` is all of them, for the composition root. Every role has contract tests under
 ``tests/pipelines/store/`` that every backend passes. The roles about runs and their steps are defined in
-``roles.runs``, those about what the store keeps beside runs in ``roles.records``.
+``roles.runs``, those about what the store keeps beside runs in ``roles.records``. What only a store in the
+application's own database gives (runs started in the caller's transaction, their outbox relayed, a step's
+own transaction) is in ``roles.transactions``, outside :class:`RunStore`: the PostgreSQL store has it.
 """
 
 from __future__ import annotations
