@@ -27,7 +27,7 @@ from pipelines.middleware.outbox_relay import OutboxRelay
 from pipelines.store.postgres import PostgresRunStore
 from pipelines.store.roles.transactions import OutboxRelaying
 from tests.support.backends import POSTGRES_URL, Backend, on, schema_of
-from tests.support.fixtures import MakeApp, StartWorker
+from tests.support.fixtures import MakeApp, Observe, StartWorker
 from tests.support.housekeeping import fresh_namespace
 
 TIMEOUT_S = 30
@@ -291,3 +291,30 @@ def test_an_outbox_entry_that_cannot_be_read_is_logged_and_left_out_not_retried_
     assert relay(app) == 0
     start_worker(app)
     assert run.result(timeout_s=TIMEOUT_S) == "shipped 14"
+
+
+@on(Backend("rabbitmq", "postgres"))
+def test_a_step_whose_transaction_is_refused_at_commit_fails_its_run_with_one_dead_letter_and_writes_nothing(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, orders: str
+) -> None:
+    app = make_app()
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as c:  # checked at commit, not at the insert
+        c.execute(f"ALTER TABLE {orders} ADD UNIQUE (order_id) DEFERRABLE INITIALLY DEFERRED")
+
+    @dramatiq.actor(broker=app.broker)
+    def twice(order_id: int) -> int:
+        with pipelines.transaction() as db:
+            db.execute(f"INSERT INTO {orders} (order_id, step) VALUES (%s, 'a'), (%s, 'b')", [order_id, order_id])
+        return order_id
+
+    observer = observe(app)
+    start_worker(app)
+    with pytest.raises(RunFailed, match="UniqueViolation"):
+        app.start(step(twice), args=(15,)).result(timeout_s=TIMEOUT_S)
+    observer.wait_dead_lettered("twice", 1)
+    assert rows(orders) == []
+    [dead] = app.dead_letters.list()
+    assert (dead.reason.reason, dead.reason.error_type) == (
+        "the step's transaction could not commit",
+        "UniqueViolation",
+    )
