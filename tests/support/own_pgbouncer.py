@@ -13,17 +13,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tests.support.housekeeping import start_process, stop_process
+from tests.support.ports import free_port
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 #: Server connections per database and user: fewer than the store's pool, so clients share them.
 POOL_SIZE = 3
 START_TIMEOUT_S = 15.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OwnPgBouncer:
@@ -34,7 +29,7 @@ class OwnPgBouncer:
         self.user = target.username or "postgres"
         self.database = target.path.lstrip("/")
         self.target = (target.hostname or "127.0.0.1", target.port or 5432)
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
         self.process: subprocess.Popen[bytes] | None = None
 
