@@ -1,4 +1,5 @@
-"""The documentation reads as short sentences, the README stays a front door, and every example is shown.
+"""The documentation reads as short sentences, the README stays a front door, every example is shown, and
+the lists of what the code holds (the middleware, the public names) name all of it.
 
 A sentence is counted in prose only: paragraphs, list items and admonitions. Code blocks, snippet
 includes, tables and headings are not prose. An inline code span counts as one word, a link as its text.
@@ -6,14 +7,24 @@ includes, tables and headings are not prose. An inline code span counts as one w
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 from pathlib import Path
 
+import dramatiq
 import pytest
+from opentelemetry import trace
+
+from pipelines import stack
+from pipelines.flow.runtime import Runtime
+from pipelines.store import embedded_store
+from pipelines.testing import embedded_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 PAGES = sorted(DOCS.rglob("*.md"))
 EXAMPLES = sorted(p for p in (DOCS / "examples").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
@@ -87,3 +98,48 @@ def test_the_readmes_shop_is_the_example_getting_started_runs() -> None:
 
     assert shown is not None
     assert example.startswith(shown.group(1)), "README's shop.py differs from docs/examples/shop.py"
+
+
+def section(path: Path, heading: str) -> str:
+    """The text under a heading of a Markdown file, down to the next heading of its level or above."""
+    level = heading.split(" ", 1)[0]
+    below = path.read_text().split(f"\n{heading}\n", 1)[1]
+    return re.split(rf"\n#{{1,{len(level)}}} ", below, maxsplit=1)[0]
+
+
+def middleware_table() -> list[str]:
+    """The class names in the first column of the Reliability guide's middleware table, top to bottom."""
+    rows = section(DOCS / "guides" / "reliability.md", "## The middleware, in order").splitlines()
+    return [name for row in rows if row.startswith("|") for name in re.findall(r"`([A-Z]\w*)`", row.split("|")[1])]
+
+
+def middleware_build_middleware_makes() -> set[str]:
+    """Every middleware class ``build_middleware`` makes, whatever the settings (read from its source)."""
+    tree = ast.parse(inspect.getsource(stack.build_middleware))
+    called = (node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name))
+    made = {name: getattr(stack, name, None) for name in called}
+    return {name for name, kind in made.items() if isinstance(kind, type) and issubclass(kind, dramatiq.Middleware)}
+
+
+def test_the_reliability_guide_names_every_middleware_build_middleware_can_return() -> None:
+    made = middleware_build_middleware_makes()
+
+    assert {"Tracing", "Metrics", "OutboxRelay", "Schedules", "ActorTimeLimit"} <= made
+    assert made - set(middleware_table()) == set(), "the Reliability guide's middleware table misses these"
+
+
+def test_the_reliability_guide_shows_the_middleware_in_their_order() -> None:
+    settings = embedded_settings(telemetry={"enabled": True}, metrics={"enabled": True, "multiprocess": False})
+    store = embedded_store(namespace="docs", retention_s=60)
+    runtime = Runtime(store=store, lease_s=1, max_result_bytes=1)
+
+    built = [type(m).__name__ for m in stack.build_middleware(settings, runtime, store, tracer=trace.NoOpTracer())]
+
+    assert [name for name in middleware_table() if name in built] == built
+
+
+def test_contributing_names_every_middleware_module() -> None:
+    layout = section(CONTRIBUTING, "## The layout")
+    modules = sorted(p.stem for p in (ROOT / "middleware").glob("*.py") if p.stem != "__init__")
+
+    assert [m for m in modules if f"`{m}`" not in layout] == []
