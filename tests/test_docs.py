@@ -16,6 +16,7 @@ import dramatiq
 import pytest
 from opentelemetry import trace
 
+import pipelines
 from pipelines import stack
 from pipelines.flow.runtime import Runtime
 from pipelines.store import embedded_store
@@ -107,10 +108,15 @@ def section(path: Path, heading: str) -> str:
     return re.split(rf"\n#{{1,{len(level)}}} ", below, maxsplit=1)[0]
 
 
+def first_column(table: str) -> list[str]:
+    """The code spans in the first column of a table's rows, top to bottom (its header and rule have none)."""
+    rows = (row for row in table.splitlines() if row.startswith("|"))
+    return [span for row in rows for span in re.findall(r"`([^`]+)`", row.split("|")[1])]
+
+
 def middleware_table() -> list[str]:
-    """The class names in the first column of the Reliability guide's middleware table, top to bottom."""
-    rows = section(DOCS / "guides" / "reliability.md", "## The middleware, in order").splitlines()
-    return [name for row in rows if row.startswith("|") for name in re.findall(r"`([A-Z]\w*)`", row.split("|")[1])]
+    """The code spans of the Reliability guide's middleware table (the class names), top to bottom."""
+    return first_column(section(DOCS / "guides" / "reliability.md", "## The middleware, in order"))
 
 
 def middleware_build_middleware_makes() -> set[str]:
@@ -143,3 +149,15 @@ def test_contributing_names_every_middleware_module() -> None:
     modules = sorted(p.stem for p in (ROOT / "middleware").glob("*.py") if p.stem != "__init__")
 
     assert [m for m in modules if f"`{m}`" not in layout] == []
+
+
+def test_troubleshooting_tells_every_public_error_that_has_no_subclass() -> None:
+    shown = set(first_column(section(DOCS / "troubleshooting.md", "## Errors raised on purpose")))
+    public = (getattr(pipelines, name) for name in pipelines.__all__)
+    leaves = {
+        error.__name__
+        for error in public
+        if isinstance(error, type) and issubclass(error, pipelines.PipelinesError) and not error.__subclasses__()
+    }
+
+    assert sorted(leaves - shown) == []
