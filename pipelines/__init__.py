@@ -235,7 +235,8 @@ def publish(topic: str, payload: Any, *, app: App | None = None) -> str:
 
 
 async def publish_async(topic: str, payload: Any, *, app: App | None = None) -> str:
-    """:func:`publish` for asyncio code: the event loop runs on while the event is published and confirmed."""
+    """[`publish`][pipelines.publish] for asyncio code: the event loop runs on while the event is published and
+    confirmed."""
     from pipelines.current import configured_app
 
     return await (app or configured_app()).publish_async(topic, payload)

@@ -1,8 +1,9 @@
 """Composition primitives: chain, fan-out, group, for-each and chord, nested freely.
 
-A pipeline is a tree of three node kinds: a :class:`Step` (one actor call), a :class:`Chain` (children
-one after another, each receiving the previous result) and a :class:`Parallel` (children at the same
-time, their results collected in order). Everything else is a way to build those trees:
+A pipeline is a tree of three node kinds: a [`Step`][pipelines.composition.Step] (one actor call), a
+[`Chain`][pipelines.composition.Chain] (children one after another, each receiving the previous result)
+and a [`Parallel`][pipelines.composition.Parallel] (children at the same time, their results collected in
+order). Everything else is a way to build those trees:
 
     chain(a, fan_out(b, c), d)                       # d gets [b_result, c_result]
     chord(for_each(resize, image_ids), then=step(publish_album, album_id))

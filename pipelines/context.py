@@ -2,8 +2,8 @@
 
 Kept in ``contextvars`` so that each worker thread (and each asyncio task) sees its own. The
 ``CorrelationId`` middleware sets the message context around every message; producers set a
-correlation id of their own with :func:`correlation` (a web request's id, say), and every message
-they enqueue carries it.
+correlation id of their own with [`correlation`][pipelines.context.correlation] (a web request's id,
+say), and every message they enqueue carries it.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def new_correlation_id() -> str:
 
 
 def current_correlation_id() -> str | None:
-    """The correlation id of the message being processed, else the one set by :func:`correlation`."""
+    """The correlation id of the message being processed, else the one set by
+    [`correlation`][pipelines.context.correlation]."""
     message = _message.get()
     return message.correlation_id if message is not None else _correlation.get()
 

@@ -1,10 +1,10 @@
 """The effect key: a stable name for the effect of the message an actor runs, for keying that effect.
 
 Delivery is at-least-once, and a few windows remain in which an actor runs a second time for the same
-message (README, "What is guaranteed"): a worker killed or stalled between its effect and the record of
-its completion. An effect keyed by :func:`current_effect_key` (a unique constraint, an upsert, a
-conditional write) happens once whatever runs twice. The key is the same across retries, redeliveries,
-replays and time-limit retries:
+message (README, "What it guarantees"): a worker killed or stalled between its effect and the record of
+its completion. An effect keyed by [`current_effect_key`][pipelines.effects.current_effect_key] (a
+unique constraint, an upsert, a conditional write) happens once whatever runs twice. The key is the
+same across retries, redeliveries, replays and time-limit retries:
 
 * a pipeline step: ``<run id>:<step path>``;
 * a message with an idempotency key: that key (prefixed by the actor's name, as it is claimed);

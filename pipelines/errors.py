@@ -1,5 +1,6 @@
 """Every error rabbit-pipelines raises on purpose, under one root.
 
+```text
 PipelinesError
 ├── ConfigError            config.toml or a PIPELINES_* variable is invalid
 ├── DefinitionError        a pipeline or actor cannot be built as written
@@ -10,7 +11,7 @@ PipelinesError
 ├── ServiceUnavailable     a service does not answer
 │   ├── BrokerUnavailable  RabbitMQ
 │   │   └── BrokerAccessRefused  it refused the user, password or virtual host
-│   └── StoreUnavailable   the run store (Redis)
+│   └── StoreUnavailable   the run store (Redis or PostgreSQL)
 ├── PublishError           RabbitMQ did not take a message
 │   ├── Unroutable         no queue is bound for its routing key
 │   ├── MessageTooLarge    its body is over broker.max_message_bytes
@@ -31,6 +32,10 @@ PipelinesError
     ├── RunTimeout         it did not finish in time
     ├── RunFailed          it failed; `.error` and `.step` say where
     └── RunCancelled       it was cancelled
+```
+
+``NoEffectKey`` (``current_effect_key()`` called outside an actor) derives from the root too; it lives in
+``pipelines.effects``.
 """
 
 from __future__ import annotations

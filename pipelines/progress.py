@@ -2,7 +2,7 @@
 
 A long job says how far it got with ``report_progress(0.4, "3/10 files")``: the step's progress is
 recorded in its run (``pipelines status``, ``Run.status()``), and if the run was cancelled meanwhile
-the call raises :class:`~pipelines.errors.Cancelled`, which stops the job cleanly (no retry, no dead
+the call raises [`Cancelled`][pipelines.errors.Cancelled], which stops the job cleanly (no retry, no dead
 letter; the run stays ``cancelled``). ``check_cancelled()`` does the same without a report. Both work
 in any pipeline step, and in a ``long_running`` actor also when its lease was taken over by a
 watchdog (the job is being run again elsewhere). Outside a step they only log.
@@ -69,10 +69,10 @@ def report_progress(fraction: float, text: str = "") -> None:
 
 
 def check_cancelled() -> None:
-    """Stop here if the current job's run was cancelled (see :func:`report_progress`).
+    """Stop here if the current job's run was cancelled (see [`report_progress`][pipelines.progress.report_progress]).
 
     Raises:
-        Cancelled: As for :func:`report_progress`.
+        Cancelled: As for [`report_progress`][pipelines.progress.report_progress].
     """
     _check(None, "")
 

@@ -75,10 +75,11 @@ class Run(Generic[R]):
         return self._ended(self._store.wait_run(self.id, timeout_s, on_change), timeout_s)
 
     async def wait_async(self, timeout_s: float | None = None) -> RunStatus:
-        """:meth:`wait` for asyncio code: the event loop runs on, and waiting takes no thread of its own.
+        """[`wait`][pipelines.runs.Run.wait] for asyncio code: the event loop runs on, and waiting takes no
+        thread of its own.
 
         Raises:
-            RunTimeout, RunNotFound: As for :meth:`wait`.
+            RunTimeout, RunNotFound: As for [`wait`][pipelines.runs.Run.wait].
         """
         if self._bridge is None:
             raise RuntimeError("This Run was made without an app; get it from app.start_async() or app.get_run().")
@@ -105,12 +106,13 @@ class Run(Generic[R]):
         Raises:
             RunFailed: It failed (``.step`` and ``.error`` say where and why).
             RunCancelled: It was cancelled.
-            RunTimeout, RunNotFound: As for :meth:`wait`.
+            RunTimeout, RunNotFound: As for [`wait`][pipelines.runs.Run.wait].
         """
         return self._outcome(self.wait(timeout_s))
 
     async def result_async(self, timeout_s: float | None = None) -> R:
-        """:meth:`result` for asyncio code (see :meth:`wait_async`)."""
+        """[`result`][pipelines.runs.Run.result] for asyncio code (see
+        [`wait_async`][pipelines.runs.Run.wait_async])."""
         return self._outcome(await self.wait_async(timeout_s))
 
     def _outcome(self, status: RunStatus) -> R:

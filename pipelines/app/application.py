@@ -1,5 +1,5 @@
 """The application object: start runs and follow them, publish events, find and re-run runs, its asyncio
-side; built by :func:`~pipelines.app.building.build_app`."""
+side; built by ``build_app``."""
 
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ class App:
         the run is named after its first and last actors (``charge>...>notify``). ``on_created(run id,
         created)`` is called as soon as the run is recorded, before its first steps are published; a
         start that fails or is interrupted (Ctrl-C) after that marks the run failed with the reason.
-        ``origin`` is how the run was asked for, kept with it (:meth:`start_registered` passes it).
+        ``origin`` is how the run was asked for, kept with it
+        ([`start_registered`][pipelines.app.App.start_registered] passes it).
 
         With ``connection`` (a psycopg connection to the PostgreSQL run store's database), the run is
         written in that connection's transaction: it starts when the caller commits (a worker relays its
@@ -158,8 +159,9 @@ class App:
         on_created: Callable[[str, bool], None] | None = None,
         rerun_of: str | None = None,
     ) -> Run:
-        """:meth:`run` with its arguments as values, and ``on_created`` as for :meth:`start`;
-        ``rerun_of`` names the run this one re-runs (see :meth:`rerun`).
+        """[`run`][pipelines.app.App.run] with its arguments as values, and ``on_created`` as for
+        [`start`][pipelines.app.App.start]; ``rerun_of`` names the run this one re-runs (see
+        [`rerun`][pipelines.app.App.rerun]).
 
         Raises:
             UnknownPipeline: Nothing is registered under ``name``.
@@ -183,7 +185,10 @@ class App:
         for the new run), as a new run that records ``rerun_of``; the original lists it in ``reruns``.
 
         Raises:
-            RunNotFound, CannotRerun, UnknownPipeline: As :func:`~pipelines.flow.registered.rerun_input` says.
+            RunNotFound: No run has that id.
+            CannotRerun: The run has not ended, was built on the spot, kept no input, or holds a sealed input
+                while ``[encryption] keys`` is empty.
+            UnknownPipeline: Its pipeline is no longer registered.
         """
         status = self.get_run(run_id).status()
         given, created = rerun_input(status, self.runtime.sealer), linked(self.store, run_id, on_created)
@@ -264,7 +269,8 @@ class App:
         deadline_s: float | None = None,
         connection: Any = None,
     ) -> Run[R]:
-        """:meth:`start` for asyncio code: the event loop runs on while the run is stored and published.
+        """[`start`][pipelines.app.App.start] for asyncio code: the event loop runs on while the run is stored
+        and published.
 
         With ``connection`` (a ``psycopg.AsyncConnection``), the run is written in its transaction.
         """
@@ -291,17 +297,17 @@ class App:
     async def run_async(
         self, name: str, *args: Any, idempotency_key: str | None = None, deadline_s: float | None = None, **kwargs: Any
     ) -> Run:
-        """:meth:`run` for asyncio code."""
+        """[`run`][pipelines.app.App.run] for asyncio code."""
         return await self.aio().call(
             self.run, name, *args, idempotency_key=idempotency_key, deadline_s=deadline_s, **kwargs
         )
 
     async def publish_async(self, topic: str, payload: Any) -> str:
-        """:meth:`publish` for asyncio code."""
+        """[`publish`][pipelines.app.App.publish] for asyncio code."""
         return await self.aio().call(self.publish, topic, payload)
 
     async def runs_async(self, **query: Any) -> RunPage:
-        """:meth:`runs` for asyncio code (the same keyword arguments)."""
+        """[`runs`][pipelines.app.App.runs] for asyncio code (the same keyword arguments)."""
         return await self.aio().call(self.runs, **query)
 
     def pipeline(self, name: str) -> Node | Callable[..., Node]:

@@ -2,7 +2,7 @@
 
 Every key can be overridden by an environment variable ``PIPELINES_<SECTION>__<KEY>`` (for example
 ``PIPELINES_BROKER__URL``); top-level keys by ``PIPELINES_<KEY>``. Nothing is read at import: call
-:func:`load_settings` (the CLI and ``actors`` do).
+[`load_settings`][pipelines.config.settings.load_settings] (the CLI and ``actors`` do).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         """Validate ``values`` as a configuration, ignoring the environment (tests, embedded apps).
 
         Raises:
-            ConfigError: As for :func:`load_settings`.
+            ConfigError: As for [`load_settings`][pipelines.config.settings.load_settings].
         """
         return _validated(dict(values), source="values", use_env=False)
 

@@ -2,14 +2,14 @@
 
 Only observability may fail open: a middleware whose class sets ``fails_open = True`` (tracing,
 metrics, the correlation id's log context, and a user's own middleware marked with
-:func:`observational`) has its errors logged and counted, and the message goes on. Any other
-``before_process_message`` that raises (a claim, an idempotency key, a payload check, a lease, a
-schedule, Dramatiq's own time limit or age limit, a user's middleware) means the actor does not run:
-the message is put off when the cause is transient (the run store or the broker did not answer, or
-answered an error it gives while loading, failing over or out of memory) and dead-lettered with the
-middleware's name and the error otherwise. An ``after_process_message`` that raises fails a message
-that had not failed yet, so it is dead-lettered with the reason rather than acknowledged as if all
-its bookkeeping had been done.
+[`observational`][pipelines.handling.guards.observational]) has its errors logged and counted, and the
+message goes on. Any other ``before_process_message`` that raises (a claim, an idempotency key, a
+payload check, a lease, a schedule, Dramatiq's own time limit or age limit, a user's middleware) means
+the actor does not run: the message is put off when the cause is transient (the run store or the
+broker did not answer, or answered an error it gives while loading, failing over or out of memory) and
+dead-lettered with the middleware's name and the error otherwise. An ``after_process_message`` that
+raises fails a message that had not failed yet, so it is dead-lettered with the reason rather than
+acknowledged as if all its bookkeeping had been done.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the run store reads and writes: new runs, run and step states, claims, advances, lease checks.
 
-The operations on them are the role protocols of :mod:`pipelines.store.roles`.
+The operations on them are the role protocols of ``pipelines.store.roles``.
 
 Step states: ``pending`` → ``running`` → ``succeeded`` | ``retrying`` (→ ``running``) | ``failed``;
 ``skipped`` when the run failed or was cancelled before the step ran (or while it was waiting to run
@@ -54,7 +54,7 @@ class NewRun:
     entries: Mapping[str, Sequence[str]]
     """Where steps start: step id → ids of those leaves."""
     frames: Mapping[str, str] = field(default_factory=dict)
-    """Each step's ancestors (step id → :func:`~pipelines.wire.steps.frames_json`): the plan's truth a
+    """Each step's ancestors (step id → ``frames_json``): the plan's truth a
     step message's address must match to run or to advance the run."""
     idempotency_key: str | None = None
     correlation_id: str | None = None
@@ -96,7 +96,7 @@ class StepStatus:
     worker: str | None = None
     """The worker whose claim started the latest attempt (``host:pid/thread``); None before one ran."""
     history: tuple[HistoryEntry, ...] = ()
-    """Its attempts and replays, oldest first (the latest :data:`~pipelines.store.step_history.HISTORY_ENTRIES`)."""
+    """Its attempts and replays, oldest first (the latest ``HISTORY_ENTRIES``)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class RunStatus:
     """False for a run that sampling left out: its trace holds its failed or slow steps only, if any."""
     steps: tuple[StepStatus, ...] = field(default_factory=tuple)
     input_json: str | None = None
-    """The run's input, as :attr:`NewRun.input` (None for a run kept before inputs were)."""
+    """The run's input, as ``NewRun.input`` (None for a run kept before inputs were)."""
     registered: bool = False
     """Whether a registered pipeline's name started the run."""
     rerun_of: str | None = None
@@ -171,7 +171,7 @@ class WorkerBeat:
     beat_at_ms: int
 
     def alive(self, interval_s: float, now_ms: int) -> bool:
-        """Whether it beat within its last :data:`BEATS_BEFORE_GONE` intervals of ``interval_s``."""
+        """Whether it beat within its last ``BEATS_BEFORE_GONE`` intervals of ``interval_s``."""
         return now_ms - self.beat_at_ms <= BEATS_BEFORE_GONE * interval_s * 1000
 
     def to_json(self) -> bytes:

@@ -3,8 +3,8 @@ a connection to the run store's database, in a transaction that stays open until
 step's completion commits it, so the actor's writes and the step's result commit together or not at all:
 a step killed, stalled or delivered twice writes once, with no key of the user's.
 
-The ``PipelineSteps`` middleware says when a step begins and ends (:func:`step_began`, :func:`step_ended`);
-the store's completion takes the open transaction (:func:`held`) and commits or rolls it back.
+The ``PipelineSteps`` middleware says when a step begins and ends (``step_began``, ``step_ended``);
+the store's completion takes the open transaction (``held``) and commits or rolls it back.
 """
 
 from __future__ import annotations
