@@ -17,8 +17,11 @@ from pipelines import options as opt
 from pipelines.errors import DefinitionError
 
 HIGH_PRIORITY: Final = -10
+"""Before the default: a worker's free thread takes these messages first."""
 DEFAULT_PRIORITY: Final = 0
+"""Dramatiq's default priority, for an actor that gives none."""
 LOW_PRIORITY: Final = 10
+"""After the default: these messages wait while others are ready."""
 
 
 def refuse_broker_priority(options: Mapping[str, Any], owner: str) -> None:

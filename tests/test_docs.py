@@ -184,6 +184,20 @@ def api_reference() -> list[tuple[ModuleType, object]]:
     return [rendered(identifier) for identifier in re.findall(r"^::: ([\w.]+)$", API_REFERENCE.read_text(), re.M)]
 
 
+def test_the_api_reference_shows_every_public_name() -> None:
+    shown = [target for _, target in api_reference()]
+    members = [
+        value
+        for module in shown
+        if isinstance(module, ModuleType)
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    ]
+    public = {name: getattr(pipelines, name) for name in pipelines.__all__}
+
+    assert [name for name, value in public.items() if not any(value is seen for seen in shown + members)] == []
+
+
 def test_the_api_reference_renders_no_sphinx_role() -> None:
     defined = (inspect.unwrap(t) if inspect.isclass(t) or inspect.isroutine(t) else m for m, t in api_reference())
     sources = {Path(inspect.getsourcefile(source) or "") for source in defined}
