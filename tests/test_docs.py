@@ -97,13 +97,28 @@ def test_every_example_is_included_by_a_page(example: Path) -> None:
     assert any(include in page.read_text() for page in PAGES), f"no page includes {example.relative_to(ROOT)}"
 
 
-def test_the_readmes_shop_is_the_example_getting_started_runs() -> None:
-    section = README.read_text().split("\n## Your own project\n", 1)[1].split("\n## ", 1)[0]
-    shown = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    example = (DOCS / "examples" / "shop.py").read_text()
+def test_every_code_block_of_getting_started_is_an_included_example() -> None:
+    blocks = re.findall(r"^```\w*\n(.*?)^```", (DOCS / "getting-started.md").read_text(), flags=re.M | re.S)
 
-    assert shown is not None
-    assert example.startswith(shown.group(1)), "README's shop.py differs from docs/examples/shop.py"
+    assert blocks
+    assert [b for b in blocks if not re.fullmatch(r'--8<-- "examples/[\w/.]+"\n', b)] == []
+
+
+def test_the_readmes_own_project_repeats_the_examples_getting_started_includes() -> None:
+    own_project = section(README, "## Your own project")
+    blocks = re.findall(r"```(\w*)\n(.*?)```", own_project, flags=re.DOTALL)
+    examples, commands = DOCS / "examples", DOCS / "examples" / "getting_started"
+    *_, result_line = (commands / "result.py").read_text().splitlines()
+    python_line = re.search(r"imports `shop`: `([^`]+)`", own_project)
+
+    assert [kind for kind, _ in blocks] == ["", "python", "toml", ""]
+    (_, install), (_, shop), (_, config), (_, run) = blocks
+    assert install == (commands / "install.sh").read_text()
+    assert (examples / "shop.py").read_text().startswith(shop), "the README's shop.py is not the example's start"
+    assert config == (examples / "shop_config.toml").read_text()
+    assert run == (commands / "run.sh").read_text()
+    assert python_line is not None
+    assert python_line.group(1) == result_line.split("  # ")[0]
 
 
 def section(path: Path, heading: str) -> str:
