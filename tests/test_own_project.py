@@ -7,7 +7,7 @@ its commands run there as written (``dramatiq shop``, ``pipelines run ...``, the
 The install lines get the wheel and its dependencies from pip, as ``pip install`` from PyPI gives them
 (console scripts such as ``dramatiq`` included), but offline: pip finds ``rabbit-pipelines`` only among
 local wheels, the project's own and its dependencies packed from this virtualenv's installed files
-(``tests/wheelhouse.py``); the wheel is built without build isolation (setuptools comes with the dev
+(``tests/support/wheelhouse.py``); the wheel is built without build isolation (setuptools comes with the dev
 extra). About 90 s on this two-core machine under load (most of it building and installing the
 virtualenv, once per module).
 """
