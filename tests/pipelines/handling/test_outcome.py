@@ -12,7 +12,7 @@ from pipelines.handling.outcome import KeyClaim, MessageOutcome, Scratch, fail_m
 from pipelines.handling.proxy import message_of
 from pipelines.wire.codec import decode_message, encode_message
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def proxy() -> dramatiq.broker.MessageProxy:
