@@ -37,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: How long a message of a newer schema version waits before it is offered to a worker again, in ms.
 NEWER_VERSION_RECHECK_MS = 30_000
-#: Why a message this middleware refuses is dead-lettered: none of them can ever run.
+#: Why this middleware fails a message (dead-lettered with the reason): none of them can ever run.
 UNDECRYPTABLE, INVALID_PAYLOAD, INVALID_ARGUMENTS = "undecryptable", "invalid payload", "invalid arguments"
-REFUSALS = frozenset({UNDECRYPTABLE, INVALID_PAYLOAD, INVALID_ARGUMENTS})
+UNUSABLE_ARGUMENTS = frozenset({UNDECRYPTABLE, INVALID_PAYLOAD, INVALID_ARGUMENTS})
 
 
 class Payloads(Middleware):

@@ -50,7 +50,7 @@ from pipelines.handling.outcome import fail_message, outcome_of
 from pipelines.handling.proxy import WorkQueue, let_go
 from pipelines.handling.recording import carry, record_within_lease
 from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
-from pipelines.middleware.payloads import REFUSALS as PAYLOAD_REFUSALS
+from pipelines.middleware.payloads import UNUSABLE_ARGUMENTS
 from pipelines.store import step_transaction
 from pipelines.store.roles import StepProgress
 from pipelines.wire import option_values as wire_options
@@ -144,7 +144,7 @@ class PipelineSteps(Middleware):
             try:
                 self._record(broker, message, address, carried)
             except AddressNotInPlan as e:
-                _refuse(message, e)
+                _fail_outside_plan(message, e)
             raise SkipMessage
         failure = wire_options.step_failure(message.options)
         if failure is not None:
@@ -161,7 +161,7 @@ class PipelineSteps(Middleware):
             put_off_while_store_down(broker, message, e)
             raise SkipMessage from None
         except AddressNotInPlan as e:
-            _refuse(message, e)
+            _fail_outside_plan(message, e)
             raise SkipMessage from None
         if claim.kind == "run":
             _in_step.set(True)
@@ -209,7 +209,7 @@ class PipelineSteps(Middleware):
         try:
             self.runtime.redrive(pipeline_broker(broker), message, address)
         except AddressNotInPlan as e:
-            _refuse(message, e)
+            _fail_outside_plan(message, e)
         except PipelinesError:
             logger.exception("Could not re-drive step %s of run %s; dead-lettering.", address.node, address.run_id)
             fail_message(message, "could not advance the run")
@@ -222,8 +222,9 @@ class PipelineSteps(Middleware):
         # waiting for a step that will never run.
         address = StepAddress.of(message)
         outcome = outcome_of(message)
-        refused = outcome.settlement.failure == MAX_AGE_EXCEEDED or outcome.settlement.failure in PAYLOAD_REFUSALS
-        if address is not None and refused and outcome.settlement.failure_error is not None:
+        failure = outcome.settlement.failure
+        never_claimed = failure == MAX_AGE_EXCEEDED or failure in UNUSABLE_ARGUMENTS
+        if address is not None and never_claimed and outcome.settlement.failure_error is not None:
             self.runtime.fail(message, address, outcome.settlement.failure_error, final=True)
 
     def after_process_message(
@@ -251,7 +252,7 @@ class PipelineSteps(Middleware):
             else:
                 self._complete(broker, message, address, result, hold)
         except AddressNotInPlan as e:
-            _refuse(message, e)
+            _fail_outside_plan(message, e)
         except (ServiceUnavailable, PublishError):
             if exception is not None and not message.failed:
                 # The retry Backoff scheduled claims the step as its next attempt: nothing is stranded.
@@ -384,7 +385,7 @@ class PipelineSteps(Middleware):
         )
 
 
-def _refuse(message: dramatiq.broker.MessageProxy, error: AddressNotInPlan) -> None:
+def _fail_outside_plan(message: dramatiq.broker.MessageProxy, error: AddressNotInPlan) -> None:
     """Dead-letter a step message its run's plan does not know: it neither runs nor advances the run."""
     logger.error("Dead-lettering %s: %s", message.message_id, error)
     fail_message(message, "malformed message", error)

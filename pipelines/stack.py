@@ -1,7 +1,9 @@
 """The middleware of every broker, in one list in one place, its order justified line by line.
 
-Part of the composition root (``pipelines.app`` builds the app with it); kept apart so that each
-module stays short enough to read in one sitting.
+The stack is a concept of its own: which middleware every worker and producer runs, and in which order,
+since each hook relies on what the ones before it decided. It is part of the composition root
+(``pipelines.app`` builds the app with it, and nothing else imports it), a layer of its own between
+the app and the middleware: the one place that knows them all and what each is built with.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ from pipelines.dead_letters.reasons import DeadLetterPublisher
 from pipelines.errors import DefinitionError, MessageTooLarge
 from pipelines.handling.guards import (
     after_failed,
+    before_failed,
     fails_open,
     guards_silently,
     middleware_name,
     observed_failure,
-    refuse,
 )
 from pipelines.priority import refuse_broker_priority
 from pipelines.profiles.kinds import profile_of
@@ -217,7 +217,7 @@ class HookDispatch:
                 if signal != "process_message":
                     self.logger.critical("Unexpected failure in before_%s of %r.", signal, hook, exc_info=True)
                     continue
-                refuse(cast(dramatiq.Broker, self), args[0], hook, e)
+                before_failed(cast(dramatiq.Broker, self), args[0], hook, e)
                 raise SkipMessage from None
 
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:

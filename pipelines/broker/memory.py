@@ -25,7 +25,7 @@ from dramatiq.errors import QueueNotFound
 
 from pipelines import options as opt
 from pipelines.broker.common import HookDispatch, TopologyCache, check_size, event_message, validate_actor
-from pipelines.broker.screening import letter_id, named_actor, refusal, screen, shared_queue_actor
+from pipelines.broker.screening import letter_id, named_actor, screen, screened_out_reason, shared_queue_actor
 from pipelines.config.sections import BrokerConfig
 from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import DefinitionError, Unroutable
@@ -63,7 +63,7 @@ class MemoryBroker(HookDispatch, StubBroker):
         """Always 0: nothing to confirm in memory."""
         self._topology = TopologyCache(namespace=namespace, config=config)
         self._published_letters: list[RawDeadLetter] = []
-        """Dead letters published with :meth:`dead_letter` (refused bodies, lost long-running jobs)."""
+        """Dead letters published with :meth:`dead_letter` (bodies screened out, lost long-running jobs)."""
 
     def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
         validate_actor(actor, namespace=self.namespace)
@@ -151,8 +151,8 @@ class MemoryBroker(HookDispatch, StubBroker):
         )
         return message
 
-    def refuse(self, body: bytes, queue_name: str, error: Exception) -> None:
-        """Keep a body :meth:`screen` refused as the dead letter of the actor it names on ``queue_name``
+    def dead_letter_body(self, body: bytes, queue_name: str, error: Exception) -> None:
+        """Keep a body :meth:`screen` raised on as the dead letter of the actor it names on ``queue_name``
         (or, naming none of them, of the queue's first actor), with the reason."""
         try:
             actor = shared_queue_actor(named_actor(body), queue_name, self.actors)
@@ -160,7 +160,9 @@ class MemoryBroker(HookDispatch, StubBroker):
             actor = shared_queue_actor(None, queue_name, self.actors)
         home = self.topology.actor_queues[actor]
         logger.error("Dead-lettering a message on queue %r: %s: %s.", queue_name, type(error).__name__, error)
-        self.dead_letter(body, message_id=letter_id(body), reason=refusal(error, actor=actor, queue=home), queue=home)
+        self.dead_letter(
+            body, message_id=letter_id(body), reason=screened_out_reason(error, actor=actor, queue=home), queue=home
+        )
 
     def acknowledge_early(self, message: dramatiq.broker.MessageProxy) -> None:
         """Nothing to do: no consumer timeout applies in memory (see ``ExchangeBroker``)."""
@@ -257,7 +259,7 @@ class _MemoryConsumer(dramatiq.broker.Consumer):
             message = self.broker.screen(body, self.queue_name)
         except Exception as e:  # whatever the queue held, it must not reach Dramatiq's consumer loop
             try:
-                self.broker.refuse(body, self.queue_name, e)
+                self.broker.dead_letter_body(body, self.queue_name, e)
             except Exception:  # no dead letter could be made of it: said here, never raised to the loop
                 logger.exception("Dropping a message on queue %r that could not be dead-lettered.", self.queue_name)
             self._settle()

@@ -4,7 +4,7 @@ Any producer can publish anything to an actor's queue (and anything can be put i
 :func:`screen` turns a body and its headers into the message the queue's actor runs, or raises what
 makes it a dead letter: over the size limit, not a JSON Dramatiq message, not for this queue, a fan-out
 of the wrong shape, a header or an option of the wrong type (``pipelines.wire.option_values``). Each broker's
-consumer catches *everything* it raises and dead-letters the delivery with :func:`refusal` as its
+consumer catches *everything* it raises and dead-letters the delivery with :func:`screened_out_reason` as its
 reason, so no delivery can escape to Dramatiq's consumer loop, which would restart the consumer (on
 RabbitMQ closing the channel of every queue in the group and sending their prefetched messages back
 with their delivery counts raised).
@@ -78,8 +78,11 @@ def shared_queue_actor(named: str | None, queue_name: str, actors: Mapping[str, 
     return group[0]
 
 
-def refusal(error: BaseException, *, actor: str, queue: str, routing_key: str | None = None) -> DeadLetterReason:
-    """The dead-letter reason of a delivery :func:`screen` refused (or failed on) on ``actor``'s ``queue``."""
+def screened_out_reason(
+    error: BaseException, *, actor: str, queue: str, routing_key: str | None = None
+) -> DeadLetterReason:
+    """The dead-letter reason of a delivery screened out on ``actor``'s ``queue``: :func:`screen` raised
+    ``error`` (or taking the delivery failed with it)."""
     return DeadLetterReason(
         reason="message too large" if isinstance(error, MessageTooLarge) else "malformed message",
         error_type=type(error).__name__,

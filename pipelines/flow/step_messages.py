@@ -1,7 +1,11 @@
 """The messages that start a run's steps, and the check that the arguments fit them before any is sent.
 
-Part of the producer side of :mod:`pipelines.flow.runtime`, apart so that each module stays short enough
-to read in one sitting.
+What a step's message looks like (its arguments after the previous result, its step address, the
+fan-out message that carries steps of several actors) is decided here, once: every way of starting
+steps builds its messages with it — a run's start (:mod:`pipelines.flow.starting`), the next steps of
+a run (:mod:`pipelines.flow.runtime`), a step run in the same worker (:mod:`pipelines.flow.local_steps`),
+a stalled run's redrive (:mod:`pipelines.flow.stall_sweep`) — and a compiled plan checks the arguments
+it is started with by the same rule (:mod:`pipelines.flow.compiled_plans`).
 """
 
 from __future__ import annotations

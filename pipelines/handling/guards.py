@@ -65,7 +65,7 @@ def middleware_name(hook: Any) -> str:
     return type(getattr(hook, "__self__", hook)).__name__
 
 
-def refuse(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, hook: Any, error: Exception) -> None:
+def before_failed(broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy, hook: Any, error: Exception) -> None:
     """A guard's ``before_*`` hook failed: put the message off or fail it (the caller skips it)."""
     if isinstance(error, TRANSIENT):
         logger.warning(

@@ -3,8 +3,8 @@
 Dramatiq's ``MessageProxy`` wraps the message a consumer delivered (``_message``, no public name) and,
 after a failure, the exception the actor raised (``_exception``); it settles a delivery by its public
 ``failed`` flag. Its worker hands deliveries to its threads through a priority queue of its items
-(``_WorkQueueItem``), where a local step goes too (:class:`WorkQueue`). Every other module goes through
-what is here.
+(``_WorkQueueItem``), where a local step goes too, and from which a stopping worker's deliveries that no
+thread started are taken back (:class:`WorkQueue`). Every other module goes through what is here.
 
 Our brokers' deliveries are :class:`DeliveredMessage` s: the arguments an actor is called with are the
 ones ``Payloads`` recorded in the outcome (sealed values opened, a typed payload validated), while the
@@ -14,6 +14,8 @@ message itself keeps its wire form for a retry or a dead letter.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from queue import Empty
 from typing import Any
 
 import dramatiq
@@ -85,3 +87,15 @@ class WorkQueue:
         from dramatiq.worker import _WorkQueueItem
 
         self._worker.work_queue.put(_WorkQueueItem(FIRST, message))
+
+    def take_waiting(self) -> Iterator[dramatiq.broker.MessageProxy]:
+        """Take what waits for a thread off the queue, one delivery at a time, until none is left (no
+        thread starts them); each is counted done once the caller has dealt with it."""
+        queue = self._worker.work_queue
+        while True:
+            try:
+                item = queue.get_nowait()
+            except Empty:
+                return
+            yield item.message
+            queue.task_done()

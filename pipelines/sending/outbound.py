@@ -30,7 +30,7 @@ from pipelines.payloads.sealing import Sealer, encrypts, has_sealed
 from pipelines.payloads.typed import check_arguments, payload_model, to_wire
 from pipelines.profiles.kinds import ordering_key, partition_for
 from pipelines.rate_limits.limiter import RateLimiter, actor_key
-from pipelines.sending.unsupported_options import refuse_options
+from pipelines.sending.unsupported_options import refuse_unsupported_options
 from pipelines.wire.rates import parse_rate
 from pipelines.wire.routing import route_of, topic_matches
 from pipelines.wire.shared_bodies import resolve
@@ -84,7 +84,7 @@ class Outbound:
         self, actors: Actors, message: dramatiq.Message[Any], accepted: Collection[str]
     ) -> dramatiq.Message[Any]:
         actor = actors.get(message.actor_name) if message.actor_name else None
-        refuse_options(message, actor, accepted=accepted, consumer_timeout_s=self.consumer_timeout_s)
+        refuse_unsupported_options(message, actor, accepted=accepted, consumer_timeout_s=self.consumer_timeout_s)
         if actor is None:
             topic = message.options.get(opt.EVENT_TOPIC)
             if topic is not None:

@@ -29,7 +29,7 @@ from pipelines.wire import option_values as wire_options
 OPTIONAL_MIDDLEWARE_OPTIONS = {"store_results": "dramatiq.results.Results", "result_ttl": "dramatiq.results.Results"}
 
 
-def refuse_options(
+def refuse_unsupported_options(
     message: dramatiq.Message[Any],
     actor: dramatiq.Actor[Any, Any] | None,
     *,

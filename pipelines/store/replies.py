@@ -57,7 +57,7 @@ def claim(reply: Any, run_id: str, node: str) -> Claim:
     Raises:
         AddressNotInPlan: The message's actor or address is not the stored plan's.
     """
-    _refuse_outside_plan(reply, run_id, node)
+    _check_in_plan(reply, run_id, node)
     kind = cast(ClaimKind, text(reply[0]))
     if kind == "run":
         return Claim("run", attempt=int(reply[1]))
@@ -74,7 +74,7 @@ def complete(reply: Any, run_id: str, node: str) -> Advance:
     Raises:
         AddressNotInPlan: The frames given are not the step's ancestors in the stored plan.
     """
-    _refuse_outside_plan(reply, run_id, node)
+    _check_in_plan(reply, run_id, node)
     kind = cast(AdvanceKind, text(reply[0]))
     if kind == "start":
         _, node, value, leaves, *barrier = reply
@@ -113,7 +113,7 @@ def complete(reply: Any, run_id: str, node: str) -> Advance:
     return Advance(kind)
 
 
-def _refuse_outside_plan(reply: Any, run_id: str, node: str) -> None:
+def _check_in_plan(reply: Any, run_id: str, node: str) -> None:
     if text(reply[0]) == "malformed":
         raise AddressNotInPlan(run_id, node, text(reply[1]))
 

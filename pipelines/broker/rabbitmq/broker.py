@@ -11,7 +11,6 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from queue import Empty
 from typing import Any
 
 import dramatiq
@@ -35,6 +34,7 @@ from pipelines.broker.rabbitmq.workers import RunningWorkers
 from pipelines.config.sections import BrokerConfig
 from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionError
+from pipelines.handling.proxy import WorkQueue
 from pipelines.sending.outbound import Outbound
 from pipelines.store.roles import OnceMarks
 from pipelines.wire.codec import encode_message, warn_custom_encoder
@@ -140,14 +140,9 @@ class ExchangeBroker(HookDispatch, QueueInspection, RabbitmqBroker):
         self._window.stopping = True
         for consumer in self._running_consumers():
             consumer.wake()
-        while True:
-            try:
-                item = worker.work_queue.get_nowait()
-            except Empty:
-                return
-            if isinstance(item.message, Delivery):
-                item.message.consumer.requeue([item.message])
-            worker.work_queue.task_done()
+        for message in WorkQueue(worker).take_waiting():
+            if isinstance(message, Delivery):
+                message.consumer.requeue([message])
 
     def _check_access(self) -> None:
         """A worker whose login RabbitMQ refuses stops at boot with the reason (the ``dramatiq`` CLI

@@ -44,7 +44,7 @@ from pipelines.broker.rabbitmq.delivery import Delivery
 from pipelines.broker.rabbitmq.polling import Fetched, LongRunningReader
 from pipelines.broker.rabbitmq.settling import Settlements
 from pipelines.broker.rabbitmq.window import LongRunningWindow
-from pipelines.broker.screening import letter_id, refusal, screen
+from pipelines.broker.screening import letter_id, screen, screened_out_reason
 from pipelines.dead_letters.reasons import DeadLetterReason, reason_for
 from pipelines.errors import PipelinesError
 from pipelines.handling.local_deliveries import LocalDelivery
@@ -243,8 +243,8 @@ class GroupConsumer(dramatiq.broker.Consumer):
             raise
         except Exception as e:  # a fault here must not restart the consumer and return every prefetched message
             logger.exception("Could not take a delivery on the queue of %r; dead-lettering it.", actor)
-            reason = refusal(e, actor=actor, queue=arrival.queue, routing_key=arrival.method.routing_key)
-            self._refuse(arrival, replace(reason, reason="could not be consumed"))
+            reason = screened_out_reason(e, actor=actor, queue=arrival.queue, routing_key=arrival.method.routing_key)
+            self._dead_letter_body(arrival, replace(reason, reason="could not be consumed"))
             return None
 
     def _delivery(self, arrival: Arrival, actor: str) -> Delivery | None:
@@ -270,7 +270,9 @@ class GroupConsumer(dramatiq.broker.Consumer):
             )
         except Exception as e:  # whatever a producer sent, it must not reach Dramatiq's consumer loop
             logger.error("Dead-lettering a message on the queue of %r: %s: %s.", actor, type(e).__name__, e)
-            self._refuse(arrival, refusal(e, actor=actor, queue=queue, routing_key=method.routing_key))
+            self._dead_letter_body(
+                arrival, screened_out_reason(e, actor=actor, queue=queue, routing_key=method.routing_key)
+            )
             return None
         eta = wire_options.eta_ms(message.options)
         if eta is not None:
@@ -290,9 +292,9 @@ class GroupConsumer(dramatiq.broker.Consumer):
             body=body,
         )
 
-    def _refuse(self, arrival: Arrival, reason: DeadLetterReason) -> None:
+    def _dead_letter_body(self, arrival: Arrival, reason: DeadLetterReason) -> None:
         message_id = getattr(arrival.properties, "message_id", None) or letter_id(arrival.body)
-        self.dead_lettering.refuse(arrival.method.delivery_tag, arrival.body, message_id, reason)
+        self.dead_lettering.dead_letter_body(arrival.method.delivery_tag, arrival.body, message_id, reason)
 
     def _redelay(self, method: Any, message: dramatiq.Message[Any], eta: int, queue: str, body: bytes) -> None:
         """Back from a delay tier before it is due: on to the next tier, then let go of it here (if that

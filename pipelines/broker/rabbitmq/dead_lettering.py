@@ -1,6 +1,6 @@
 """Dead-lettering one consumer's deliveries: published with the reason, remembered, then settled.
 
-A delivery the consumer refused (screening) or a worker failed is published to its actor's
+A delivery the consumer could not take (screening) or a worker failed is published to its actor's
 dead-letter queue with the reason, remembered (``dead_letter_marks``, so a redelivered copy is not
 dead-lettered again) and acknowledged; if that publish fails, it is rejected instead, so RabbitMQ
 dead-letters it (without our reason) and nothing is lost. A long-running job was acknowledged when it
@@ -65,8 +65,8 @@ class DeadLettering:
         """The queue whose dead-letter queue takes ``actor``'s dead letters (partitions share one)."""
         return self.broker.topology.actor_queues[actor]
 
-    def refuse(self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason) -> None:
-        """Dead-letter a delivery no worker thread may see (``reason`` names its actor and queue)."""
+    def dead_letter_body(self, tag: int, body: bytes, message_id: str, reason: DeadLetterReason) -> None:
+        """Dead-letter the body of a delivery no worker thread may see (``reason`` names its actor and queue)."""
         try:
             home = self.home(reason.actor or "")
         except KeyError:  # no actor of this namespace (any more): RabbitMQ's dead-lettering takes it

@@ -16,7 +16,7 @@ from pipelines import options as opt
 from pipelines.broker import ExchangeBroker
 from pipelines.broker.rabbitmq.confirms import ConfirmPublisher
 from pipelines.errors import MessageTooLarge, QueueFull
-from tests.pipelines.test_rate_limits import busiest_window
+from tests.pipelines.rate_limits.test_rate_limits import busiest_window
 from tests.support.backends import only_on
 from tests.support.fixtures import MakeApp, Observe, StartWorker
 

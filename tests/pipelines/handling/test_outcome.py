@@ -12,7 +12,7 @@ from pipelines.handling.outcome import KeyClaim, MessageOutcome, Scratch, fail_m
 from pipelines.handling.proxy import message_of
 from pipelines.wire.codec import decode_message, encode_message
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def proxy() -> dramatiq.broker.MessageProxy:
@@ -79,3 +79,38 @@ def test_middleware_and_brokers_set_no_attributes_of_their_own_on_message_proxie
     ]
 
     assert found == []
+
+
+#: What Dramatiq keeps of a delivery and of its worker without a public name for it.
+DRAMATIQ_INTERNALS = frozenset({"_message", "_exception", "work_queue", "_WorkQueueItem", "_queued_time"})
+
+
+def _dramatiq_internals_read(path: Path) -> list[str]:
+    """Where ``path`` reads one of Dramatiq's internals: as an attribute, or imported (a module's own
+    names, such as a ``_message`` function, are not Dramatiq's)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            named = node.attr
+        elif isinstance(node, ast.alias):
+            named = node.name
+        else:
+            continue
+        if named in DRAMATIQ_INTERNALS:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {named}")
+    return found
+
+
+def test_only_the_proxy_module_reads_what_dramatiq_keeps_of_deliveries_and_workers() -> None:
+    linked = ROOT / "pipelines" / "middleware"  # the same files as middleware/
+    adapter = ROOT / "pipelines" / "handling" / "proxy.py"
+    core = [path for path in ROOT.joinpath("pipelines").rglob("*.py") if not path.is_relative_to(linked)]
+    found = [
+        hit
+        for path in [*core, *ROOT.joinpath("middleware").glob("*.py")]
+        if path != adapter
+        for hit in _dramatiq_internals_read(path)
+    ]
+
+    assert found == []
+    assert _dramatiq_internals_read(adapter) != []  # the check sees them where they are

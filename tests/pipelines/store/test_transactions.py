@@ -32,7 +32,7 @@ from tests.support.housekeeping import fresh_namespace
 
 TIMEOUT_S = 30
 #: The PostgreSQL store guide's worked example.
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "postgres" / "orders.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "postgres" / "orders.py"
 
 on_postgres = on(Backend("memory", "postgres"), Backend("rabbitmq", "postgres"))
 
