@@ -195,6 +195,32 @@ def test_status_shows_a_run_s_input_and_rerun_starts_it_again_as_a_new_run(env: 
     assert "No run" in missing.stderr
 
 
+#: A producer of its own starts a run built on the spot (no registered name): it is given nothing as a
+#: whole, its first step 88 and total=9.5.
+BUILT_ON_THE_SPOT = """
+from pipelines import chain, step
+from actors import app
+from actors.orders import charge_payment, reserve_inventory
+print(app.start(chain(step(charge_payment, 88, total=9.5), reserve_inventory)).id)
+"""
+
+
+def test_status_shows_what_a_run_built_on_the_spot_started_its_first_steps_with(env: dict[str, str]) -> None:
+    started = installed(env, "python", "-c", BUILT_ON_THE_SPOT)
+    run_id = started.stdout.strip()
+
+    shown = pipelines(env, "status", run_id)
+    as_json = pipelines(env, "status", run_id, "--json")
+
+    assert started.returncode == 0, started.stderr
+    assert shown.returncode == 0, shown.stderr
+    assert "first step 0.0 charge_payment(88, total=9.5)" in shown.stdout
+    assert "input" not in shown.stdout  # not "input (none)": the run's own input is empty
+    status = json.loads(as_json.stdout)
+    assert status["first_steps"] == [{"node": "0.0", "actor": "charge_payment", "args": [88], "kwargs": {"total": 9.5}}]
+    assert status["input"] == [[], {}]
+
+
 def test_workers_shows_each_worker_process_by_its_heartbeat(env: dict[str, str]) -> None:
     pipelines(env, "run", "thumbnails", "--arg", "url=https://example.com/c.jpg", "--wait")
     deadline = time.monotonic() + TIMEOUT_S

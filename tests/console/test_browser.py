@@ -133,6 +133,9 @@ def test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed(console: Cons
     shoot("replayed")
 
     page.goto(f"{console.url}/runs/{run.id}?step=0.0")
+    started_with = page.get_by_label("Input").locator(".first-step[data-node='0.0']")  # built on the spot
+    expect(started_with).to_contain_text("flaky")
+    expect(started_with.locator("pre.json")).to_contain_text('"args": [\n    41\n  ]')
     detail = page.get_by_label("Step")
     history = detail.locator("table.history tr[data-kind]")
     expect(history).to_have_count(3)
