@@ -20,6 +20,7 @@ import redis
 
 from pipelines import step
 from pipelines.store import RedisRunStore
+from pipelines.wire.naming import new_message_id
 from tests.support.backends import POSTGRES_URL, only_on, schema_of
 from tests.support.fixtures import MakeApp, StartWorker
 from tests.support.housekeeping import fresh_namespace, start_process, stop_process
@@ -193,6 +194,32 @@ def test_status_shows_a_run_s_input_and_rerun_starts_it_again_as_a_new_run(env: 
     missing = pipelines(env, "rerun", "f" * 32)
     assert (missing.returncode, missing.stderr.count("\n")) == (1, 1)
     assert "No run" in missing.stderr
+
+
+#: A producer of its own starts a run built on the spot (no registered name): it is given nothing as a
+#: whole, its first step 88 and total=9.5.
+BUILT_ON_THE_SPOT = """
+from pipelines import chain, step
+from actors import app
+from actors.orders import charge_payment, reserve_inventory
+print(app.start(chain(step(charge_payment, 88, total=9.5), reserve_inventory)).id)
+"""
+
+
+def test_status_shows_what_a_run_built_on_the_spot_started_its_first_steps_with(env: dict[str, str]) -> None:
+    started = installed(env, "python", "-c", BUILT_ON_THE_SPOT)
+    run_id = started.stdout.strip()
+
+    shown = pipelines(env, "status", run_id)
+    as_json = pipelines(env, "status", run_id, "--json")
+
+    assert started.returncode == 0, started.stderr
+    assert shown.returncode == 0, shown.stderr
+    assert "first step 0.0 charge_payment(88, total=9.5)" in shown.stdout
+    assert "input" not in shown.stdout  # not "input (none)": the run's own input is empty
+    status = json.loads(as_json.stdout)
+    assert status["first_steps"] == [{"node": "0.0", "actor": "charge_payment", "args": [88], "kwargs": {"total": 9.5}}]
+    assert status["input"] == [[], {}]
 
 
 def test_workers_shows_each_worker_process_by_its_heartbeat(env: dict[str, str]) -> None:
@@ -505,11 +532,32 @@ def test_dead_letters_are_listed_shown_replayed_and_purged_from_the_cli(env: dic
     assert purged.stdout.strip() == "purged 1 dead letter(s)"
 
 
+#: A producer of its own: a plain message to charge_payment per id given, each with that message id and a
+#: total the actor refuses (its dead letter keeps the id).
+SEND_WITH_IDS = """
+import sys
+from actors import app
+from actors.orders import charge_payment
+for order_id, message_id in enumerate(sys.argv[1:], start=14):
+    app.broker.enqueue(charge_payment.message(order_id=order_id, total=0).copy(message_id=message_id))
+"""
+
+
+def ids_that_begin_alike() -> tuple[str, list[str]]:
+    """A fresh start of 14 characters, and two message ids that share it and differ at the next one."""
+    shared = new_message_id()[:14]  # "8hex-4hex-"
+    rest = new_message_id()[15:]
+    return shared, [f"{shared}a{rest}", f"{shared}b{rest}"]
+
+
 def test_dead_letters_are_shown_and_replayed_by_the_start_of_their_id(env: dict[str, str]) -> None:
-    for order_id in (14, 15):
-        pipelines(env, "run", "order_fulfilment", "--arg", f"order_id={order_id}", "--arg", "total=0", "--wait")
-    ids = wait_for_dead_letters(env, "charge_payment", 2)
-    shared = ids[0][: next(i for i, (a, b) in enumerate(zip(*ids, strict=True)) if a != b)]  # maybe nothing
+    shared, ids = ids_that_begin_alike()
+    sent = installed(env, "python", "-c", SEND_WITH_IDS, *ids)
+    assert sent.returncode == 0, sent.stderr
+    deadline = time.monotonic() + TIMEOUT_S
+    while not set(ids) <= set(wait_for_dead_letters(env, "charge_payment", 2)):
+        assert time.monotonic() < deadline, "the two dead letters did not arrive"
+        time.sleep(0.2)  # the worker dead-letters asynchronously; another process has nothing to subscribe to
 
     shown = pipelines(env, "dlq", "show", ids[0][:16], "--json")
     ambiguous = pipelines(env, "dlq", "show", shared)
@@ -519,9 +567,9 @@ def test_dead_letters_are_shown_and_replayed_by_the_start_of_their_id(env: dict[
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["id"] == ids[0]
     assert ambiguous.returncode == 2
-    assert f"{shared!r} begins the ids of " in ambiguous.stderr  # these two, and others of the module's that may
-    assert all(letter_id in ambiguous.stderr for letter_id in ids)
-    assert ambiguous.stderr.strip().endswith("give more of the id.")
+    assert ambiguous.stderr.strip() == (
+        f"pipelines: {shared!r} begins the ids of 2 dead letters ({ids[0]}, {ids[1]}); give more of the id."
+    )
     assert replayed.stdout.strip() == f"{ids[1]}  replayed"
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from pipelines.cli.output import Output, seconds, state_text, when
 from pipelines.cli.status import outcome_line, status_json, status_tree
 from pipelines.cli.step_history import logs_json, logs_text
+from pipelines.console.first_steps import first_steps
 
 if TYPE_CHECKING:
     from pipelines.app import App
@@ -23,7 +24,8 @@ ROW_ERROR_CHARS = 80
 
 
 def _print_status(app: App, out: Output, status: RunStatus) -> None:
-    out.render(status_tree(status, app.store.run_continuations(status.run_id)))
+    first = first_steps(app.store.run_first_steps(status.run_id))
+    out.render(status_tree(status, app.store.run_continuations(status.run_id), first))
     outcome = outcome_line(status)
     if outcome is not None:
         out.line(outcome)
@@ -85,7 +87,8 @@ def status(app: App, args: argparse.Namespace, out: Output) -> int:
     found = app.get_run(full_run_id(app.store, args.run_id)).status()
     logs = app.store.step_logs(found.run_id, [step.node for step in found.steps]) if args.logs else None
     if args.json:
-        shown = status_json(found, app.store.run_continuations(found.run_id))
+        first = first_steps(app.store.run_first_steps(found.run_id))
+        shown = status_json(found, app.store.run_continuations(found.run_id), first)
         out.json(shown if logs is None else {**shown, "logs": logs_json(logs)})
         return 0
     _print_status(app, out, found)

@@ -18,6 +18,7 @@ from rich.tree import Tree
 from pipelines.cli.output import seconds, state_text
 from pipelines.cli.step_history import history_line, shows_history
 from pipelines.config.masking import mask_text
+from pipelines.console.first_steps import FirstStep, Sealed
 from pipelines.console.shape import ShapeNode, build_shape
 from pipelines.store.base import RunStatus, StepStatus
 
@@ -94,8 +95,16 @@ def _grow(tree: Tree, node: ShapeNode[StepStatus], now_ms: int) -> None:
         tree.add(Text(f"... {node.folded.count} more ({by_state})", style="dim"))
 
 
-def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
-    """The run as a tree, headed by its id, pipeline, state, duration and trace id."""
+#: The first steps a run's status lists with their arguments, at most (``--json`` has them all).
+FIRST_STEPS_SHOWN = 8
+
+FirstSteps = tuple[FirstStep, ...] | Sealed | None
+
+
+def status_tree(status: RunStatus, continuations: dict[str, str], first: FirstSteps = None) -> Tree:
+    """The run as a tree, headed by its id, pipeline, state, duration, trace id and input: for a run built
+    on the spot, the arguments its first steps were started with (``first``, as
+    :func:`~pipelines.console.first_steps.first_steps` reads them)."""
     header = Text(f"run {status.run_id}  {status.pipeline}  ")
     header.append_text(state_text(status.state))
     header.append(f"  {seconds(status.duration_s)}")
@@ -103,7 +112,9 @@ def status_tree(status: RunStatus, continuations: dict[str, str]) -> Tree:
         header.append(f"\ntrace {status.trace_id}", style="dim")
         if not status.trace_sampled:
             header.append(f" ({NOT_SAMPLED})", style="dim")
-    if status.input_json is not None:
+    if not status.registered and first:  # given nothing as a whole: what its first steps were
+        header.append("".join(f"\n{line}" for line in first_steps_lines(first)))
+    elif status.input_json is not None:
         header.append(f"\ninput {input_text(status.input_json)}")
     if status.rerun_of:
         header.append(f"\nre-run of {status.rerun_of}", style="dim")
@@ -124,10 +135,29 @@ def input_text(input_json: str) -> str:
     given = orjson.loads(input_json)
     if isinstance(given, dict):  # a sealed value: only a worker with the keys opens it
         return SEALED
-    args, kwargs = given
-    words = [*(orjson.dumps(a).decode() for a in args), *(f"{k}={orjson.dumps(v).decode()}" for k, v in kwargs.items())]
-    text = mask_text(" ".join(words)) or "(none)"
+    return _shortened(" ".join(_words(*given))) or "(none)"
+
+
+def _words(args: list[Any], kwargs: dict[str, Any]) -> list[str]:
+    return [*(orjson.dumps(a).decode() for a in args), *(f"{k}={orjson.dumps(v).decode()}" for k, v in kwargs.items())]
+
+
+def _shortened(text: str) -> str:
+    text = mask_text(text)
     return text if len(text) <= INPUT_CHARS else text[: INPUT_CHARS - 3] + "..."
+
+
+def first_steps_lines(first: tuple[FirstStep, ...] | Sealed) -> list[str]:
+    """A line per first step, ``first step 0.0 charge(41, total=9.5)``, or one that they are sealed."""
+    if isinstance(first, str):
+        return [f"first steps {SEALED}"]
+    lines = [
+        f"first step {step.node} {step.actor}({_shortened(', '.join(_words(step.args, step.kwargs)))})"
+        for step in first
+    ]
+    if len(lines) > FIRST_STEPS_SHOWN:
+        lines[FIRST_STEPS_SHOWN:] = [f"... {len(lines) - FIRST_STEPS_SHOWN} more first steps"]
+    return lines
 
 
 def outcome_line(status: RunStatus) -> Text | None:
@@ -140,7 +170,7 @@ def outcome_line(status: RunStatus) -> Text | None:
     return None
 
 
-def format_status(status: RunStatus, continuations: dict[str, str] | None = None) -> str:
+def format_status(status: RunStatus, continuations: dict[str, str] | None = None, first: FirstSteps = None) -> str:
     """The run as plain text (the tree and its outcome), for callers that print it themselves.
 
     ``continuations`` (``RunPlans.run_continuations``) tell a chain from a fan-out; without them, a
@@ -150,7 +180,7 @@ def format_status(status: RunStatus, continuations: dict[str, str] | None = None
 
     console = Console(width=10_000, force_terminal=False, no_color=True, highlight=False)
     with console.capture() as captured:
-        console.print(status_tree(status, continuations or {}))
+        console.print(status_tree(status, continuations or {}, first))
         outcome = outcome_line(status)
         if outcome is not None:
             console.print(outcome)
@@ -167,11 +197,13 @@ def _shape_json(node: ShapeNode[StepStatus]) -> dict[str, Any]:
     return data
 
 
-def status_json(status: RunStatus, continuations: dict[str, str]) -> dict[str, Any]:
-    """The run as JSON: its result as a value, its steps, its duration and its shape."""
+def status_json(status: RunStatus, continuations: dict[str, str], first: FirstSteps = None) -> dict[str, Any]:
+    """The run as JSON: its result as a value, its input, its first steps with their arguments (``"sealed"``
+    when an actor of theirs encrypts), its steps, its duration and its shape."""
     data = {key: value for key, value in asdict(status).items() if key not in ("result_json", "input_json")}
     data["result"] = status.result
     data["input"] = orjson.loads(status.input_json) if status.input_json is not None else None
+    data["first_steps"] = [asdict(step) for step in first] if isinstance(first, tuple) else first
     data["duration_s"] = status.duration_s
     data["shape"] = _shape_json(shape_of(status, continuations))
     return data

@@ -19,6 +19,7 @@ import orjson
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.config.masking import mask_text
+from pipelines.console.first_steps import first_steps
 from pipelines.console.overview import QueuesOverview
 from pipelines.console.shape import build_shape, is_parallel
 from pipelines.console.views import (
@@ -177,6 +178,7 @@ class ConsoleData:
             counts=counts,
             shape=shape,
             input=orjson.loads(status.input_json) if status.input_json is not None else None,
+            first_steps=first_steps(self.app.store.run_first_steps(status.run_id)),
             registered=status.registered,
             rerun_of=status.rerun_of,
             reruns=status.reruns,
@@ -196,10 +198,14 @@ class ConsoleData:
         kwargs: dict[str, Any] | None = None
         source = None
         continuations = self.app.store.run_continuations(run.run_id)
+        started = run.first_steps if isinstance(run.first_steps, tuple) else ()
+        first = next((f for f in started if f.node == node), None)
         if letters and letters[-1].sealed:
             source = "sealed"  # the actor encrypts its arguments: they travel in the seal, not in args
         elif letters:
             args, kwargs, source = letters[-1].args, letters[-1].kwargs, "dead letter"
+        elif first is not None:
+            args, kwargs, source = first.args, first.kwargs, "start"
         else:
             leaf = next(
                 (

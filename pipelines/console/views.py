@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.console.charts import Chart
+from pipelines.console.first_steps import FirstStep, Sealed
 from pipelines.console.shape import ShapeNode
 from pipelines.store.base import WorkerBeat
 from pipelines.store.counts import ActorCounts
@@ -96,6 +97,9 @@ class RunView:
     input: Any = None
     """The run's arguments as started, ``[args, kwargs]`` (a sealed value when its first steps encrypt;
     None when not kept)."""
+    first_steps: tuple[FirstStep, ...] | Sealed | None = None
+    """The steps the run started with and the arguments each was given (``"sealed"`` when one of their
+    actors encrypts; None when not kept): what a run built on the spot was started with."""
     registered: bool = False
     """Whether a registered pipeline's name started the run (only such a run can be re-run)."""
     rerun_of: str | None = None

@@ -104,6 +104,14 @@ class RedisRunReads(RedisRecords):
         # The first steps are kept there too (for the stall sweep), under the root's id: not a continuation.
         return {replies.text(node): replies.text(leaves) for node, leaves in starts.items() if node != ROOT.encode()}
 
+    def run_first_steps(self, run_id: str) -> tuple[str, str] | None:
+        with self._answering():
+            leaves = self._redis.hget(self._key(run_id) + ":starts", ROOT)
+            given = self._redis.hget(self._key(run_id) + ":inputs", ROOT)
+        if leaves is None or given is None:
+            return None
+        return replies.text(leaves), replies.text(given)
+
     def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
         # Where complete.lua keeps a result: with the barrier of the parallel node a step is a direct
         # member of, else with the chain results.

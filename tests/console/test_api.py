@@ -475,6 +475,34 @@ def test_workers_show_by_their_heartbeat_in_the_run_store_without_metrics(
     assert after_stop == []  # a worker that stops removes its heartbeat
 
 
+def test_a_run_built_on_the_spot_shows_what_its_first_steps_were_started_with(
+    console: Console, http: httpx.Client
+) -> None:
+    a, pan = console.actors, "4111111111111111"
+    run = console.app.start(chain(group(step(a.double, 41), step(a.double, 42)), step(a.total)))
+    sealed = console.app.start(step(a.vault, pan))  # its first step encrypts: what it was given is sealed
+    assert run.result(timeout_s=30) == 166
+    assert sealed.result(timeout_s=30) == "1111"
+
+    shown = http.get(f"/api/runs/{run.id}").json()
+    first = http.get(f"/api/runs/{run.id}/steps/0.0.1").json()
+    page = http.get(f"/runs/{run.id}").text
+    closed = http.get(f"/api/runs/{sealed.id}").json()
+    closed_page = http.get(f"/runs/{sealed.id}").text
+
+    assert shown["input"] == [[], {}]  # given nothing as a whole: its first steps were
+    assert shown["first_steps"] == [
+        {"node": "0.0.0", "actor": "double", "args": [41], "kwargs": {}},
+        {"node": "0.0.1", "actor": "double", "args": [42], "kwargs": {}},
+    ]
+    assert (first["arguments_from"], first["args"], first["kwargs"]) == ("start", [42], {})
+    assert "Built on the spot: its first steps were started with" in page
+    assert closed["first_steps"] == "sealed"
+    assert "🔒 Sealed: an actor of this run encrypts its arguments" in closed_page
+    for text in (json.dumps(closed), closed_page):
+        assert pan not in text
+
+
 def test_sealed_values_stay_sealed_in_runs_steps_dead_letters_and_pages(console: Console, http: httpx.Client) -> None:
     a, pan = console.actors, "4111111111111111"
     name = console.pipeline_name("sealed")

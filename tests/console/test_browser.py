@@ -13,11 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from playwright.sync_api import expect
 
 from pipelines import chain, chord, fan_out, for_each, group, step
-from tests.console.conftest import ARTIFACTS, JAEGER_URL, Console
+from pipelines.app import build_app
+from pipelines.wire.naming import new_message_id
+from tests.console.conftest import (
+    ARTIFACTS,
+    JAEGER_URL,
+    Console,
+    console_settings,
+    declare_actors,
+    served_console,
+)
 from tests.console.test_api import keys_of_runs_that_begin_alike
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -133,6 +145,9 @@ def test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed(console: Cons
     shoot("replayed")
 
     page.goto(f"{console.url}/runs/{run.id}?step=0.0")
+    started_with = page.get_by_label("Input").locator(".first-step[data-node='0.0']")  # built on the spot
+    expect(started_with).to_contain_text("flaky")
+    expect(started_with.locator("pre.json")).to_contain_text('"args": [\n    41\n  ]')
     detail = page.get_by_label("Step")
     history = detail.locator("table.history tr[data-kind]")
     expect(history).to_have_count(3)
@@ -401,3 +416,78 @@ def test_a_run_is_opened_by_the_start_of_its_id_from_the_runs_page(console: Cons
     for run in runs:
         expect(shown).to_contain_text(run.id)
     shoot("ambiguous")
+
+
+def test_a_run_that_sampling_left_out_says_so_beside_its_trace_id(console: Console, page: Any, shoot: Shoot) -> None:
+    # A caller whose own span was not sampled (a web request, say): the run follows its decision.
+    caller = trace.SpanContext(trace_id=0xFACE, span_id=0xD1CE, is_remote=True, trace_flags=trace.TraceFlags(0))
+    with trace.use_span(trace.NonRecordingSpan(caller)):
+        left_out = console.app.start(step(console.actors.double, 4), name=console.pipeline_name("left-out"))
+    traced = console.app.start(step(console.actors.double, 5), name=console.pipeline_name("traced"))
+    left_out.wait(timeout_s=30)
+    traced.wait(timeout_s=30)
+
+    page.goto(f"{console.url}/runs/{left_out.id}")
+    facts = page.locator(".run-head .facts")
+    expect(facts.get_by_role("link", name=f"{0xFACE:032x}")).to_be_visible()
+    expect(facts.locator(".hint")).to_have_text("not sampled: only its failed or slow steps are traced")
+    shoot("not-sampled")
+
+    page.goto(f"{console.url}/runs/{traced.id}")
+    expect(facts.get_by_role("link", name=str(traced.status().trace_id))).to_be_visible()
+    expect(facts.get_by_text("not sampled")).to_have_count(0)
+
+
+def test_the_queues_page_says_so_when_no_worker_reads_the_framework_queue(
+    page: Any, shoot: Shoot, delete_namespace: Callable[[str], None]
+) -> None:
+    app = build_app(console_settings(free_port()), span_exporter=InMemorySpanExporter())  # and no worker
+    actors = declare_actors(app)
+    try:
+        app.start(step(actors.double, 1))  # declares the namespace's queues
+        with served_console(app) as url:
+            page.goto(f"{url}/queues")
+            note = page.locator("p.note", has_text="No worker reads Dramatiq queue 'pipelines'")
+            expect(note).to_have_count(1)
+            expect(note).to_contain_text("the framework's own actors")
+            double = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True))
+            expect(double.locator("td").nth(4)).to_have_text("0")  # consumers: none
+            shoot("unread-framework-queue")
+    finally:
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+
+def test_a_dead_letter_is_opened_by_the_start_of_its_id_and_an_ambiguous_start_lists_the_letters(
+    console: Console, page: Any, shoot: Shoot
+) -> None:
+    shared = new_message_id()[:14]  # two plain messages whose ids share their first 14 characters
+    rest = new_message_id()[15:]
+    ids = [f"{shared}a{rest}", f"{shared}b{rest}"]
+    echo = console.actors.echo
+    for letter_id in ids:
+        console.app.broker.enqueue(echo.message("fail: a letter begun alike").copy(message_id=letter_id))
+    deadline = time.monotonic() + 30
+    while not set(ids) <= {letter.id for letter in console.app.dead_letters.list("echo")}:
+        assert time.monotonic() < deadline, "the two dead letters did not arrive within 30 s"
+        time.sleep(0.05)
+
+    page.goto(f"{console.url}/dead-letters/{ids[0][:16]}")
+    expect(page.locator("main")).to_contain_text(ids[0])
+    expect(page.locator("main")).to_contain_text("ValueError: fail: a letter begun alike")
+    expect(page.locator("main")).not_to_contain_text(ids[1])
+    shoot("opened")
+
+    page.goto(f"{console.url}/dead-letters/{shared}")
+    shown = page.locator("main")
+    expect(shown).to_contain_text(f"'{shared}' begins the ids of 2 dead letters")
+    expect(shown).to_contain_text("give more of the id")
+    for letter_id in ids:
+        expect(shown).to_contain_text(letter_id)
+    shoot("ambiguous")
+
+    answer = page.request.get(f"{console.url}/api/dead-letters/{shared}")
+    assert answer.status == 400
+    assert answer.json() == {
+        "error": f"{shared!r} begins the ids of 2 dead letters ({ids[0]}, {ids[1]}); give more of the id."
+    }

@@ -186,6 +186,15 @@ class RunViews(Part):
         )
         return {row["node"]: row["leaves"] for row in rows} if self.run_state(run_id) is not None else {}
 
+    def run_first_steps(self, run_id: str) -> tuple[str, str] | None:
+        row = self._one(
+            f"SELECT leaves, input FROM {self._s}.starts WHERE ns = %s AND run_id = %s AND node = %s",
+            [self._ns, run_id, ROOT],
+        )
+        if row is None or row["input"] is None or self.run_state(run_id) is None:
+            return None
+        return str(row["leaves"]), str(row["input"])
+
     def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
         if member_of is None:
             row = self._one(

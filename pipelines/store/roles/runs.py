@@ -180,6 +180,11 @@ class RunPlans(Protocol):
         (``Leaf.to_json``, with their bound arguments). Empty for a run without any, or unknown. The run's
         first steps, which the store keeps too, are not a continuation."""
 
+    def run_first_steps(self, run_id: str) -> tuple[str, str] | None:
+        """The run's first steps as it was started: (JSON list of their leaves, ``Leaf.to_json`` with their
+        bound arguments; JSON ``[args, kwargs]`` that each receives after those), each a sealed value when
+        one of their actors encrypts. None for an unknown run, or one that kept none."""
+
     def step_result(self, run_id: str, node: str, member_of: tuple[str, int] | None = None) -> str | None:
         """The JSON result step ``node`` recorded, None until it has (or past retention).
 
