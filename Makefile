@@ -69,10 +69,12 @@ bench: install services
 console-picture: install services tools
 	$(BIN)/pytest -q tests/console/test_browser.py::test_a_chord_under_way_as_the_readme_pictures_it \
 		tests/console/test_browser.py::test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed \
-		tests/console/test_browser.py::test_plain_messages_are_counted_on_the_queues_page_which_leads_to_their_dead_letters
+		tests/console/test_browser.py::test_plain_messages_are_counted_on_the_queues_page_which_leads_to_their_dead_letters \
+		tests/console/test_browser.py::test_an_ended_run_is_re_run_from_its_page_which_opens_the_new_run
 	cp test-artifacts/console/readme-console.png docs/console.png
 	cp test-artifacts/console/test_a_dead_letter_replayed_from_the_page_lets_its_run_succeed-history-and-logs.png docs/console-step.png
 	cp test-artifacts/console/test_plain_messages_are_counted_on_the_queues_page_which_leads_to_their_dead_letters-queues-last-hour.png docs/console-queues.png
+	cp test-artifacts/console/test_an_ended_run_is_re_run_from_its_page_which_opens_the_new_run-re-run.png docs/console-rerun.png
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache site
