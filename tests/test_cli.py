@@ -299,6 +299,19 @@ def test_a_password_with_slashes_quotes_spaces_or_at_signs_is_masked_in_the_conf
         assert "store.url = 'redis://u:***@127.0.0.1:6379/14'" in shown.stderr
 
 
+@pytest.mark.parametrize("password", ["pa/ss", "it's", "two words"])
+def test_a_password_after_a_mistyped_scheme_is_masked_in_the_config_error(password: str) -> None:
+    """``redis//`` (no ``://``) is an invalid URL: `pipelines config` says so without its password."""
+    env = environment("t-config", PIPELINES_STORE__URL=f"redis//u:{password}@127.0.0.1:6379/14")
+
+    shown = pipelines(env, "config")
+
+    assert shown.returncode == 2, shown.stderr
+    assert password not in shown.stdout + shown.stderr
+    assert "store.url = 'redis//u:***@127.0.0.1:6379/14'" in shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
 def test_config_prints_the_effective_values_with_the_password_masked(services: None) -> None:
     env = environment("t-config", PIPELINES_BROKER__URL="amqp://admin:hunter2@rabbit.internal:5672/%2F")
 
