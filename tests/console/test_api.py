@@ -11,15 +11,17 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pipelines import chain, chord, fan_out, group, step
 from pipelines.app import build_app
 from pipelines.composition import Node
+from pipelines.console.security import HEADERS
 from pipelines.dead_letters.reasons import DeadLetterReason
 from pipelines.testing import running_worker
-from pipelines.wire.naming import run_id_for_key
+from pipelines.wire.naming import run_id_for_key, run_key
 from tests.console.conftest import (
     DB_PASSWORD,
     JAEGER_URL,
@@ -204,6 +206,37 @@ def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
         assert "script-src 'self'" in headers["content-security-policy"], path
         assert (headers["x-frame-options"], headers["x-content-type-options"]) == ("DENY", "nosniff"), path
         assert "access-control-allow-origin" not in headers
+
+
+def test_an_unexpected_error_is_a_500_in_one_sentence_with_the_security_headers_and_no_traceback(
+    console: Console, http: httpx.Client
+) -> None:
+    """A run record the store cannot read (its steps damaged outside the framework) fails the read:
+    the page and the API answer 500 as any other answer is made, and keep the details for the log."""
+    run = console.app.start(step(console.actors.echo, "damaged"), name=console.pipeline_name("damaged"))
+    assert run.wait(timeout_s=30).state == "succeeded"
+    steps = run_key(console.app.settings.namespace, run.id) + ":steps"
+    client = redis.Redis.from_url(console.app.settings.store.url)
+    kept = client.hget(steps, "0.0")
+    assert kept is not None
+    usual = http.get("/api/runs")
+
+    client.hset(steps, "0.0", "{not json")
+    try:  # a connection each: the server closes the one an unexpected error was answered on
+        api = httpx.get(f"{console.url}/api/runs/{run.id}", timeout=30)
+        page = httpx.get(f"{console.url}/runs/{run.id}", timeout=30)
+    finally:  # the module's other tests list this run too
+        client.hset(steps, "0.0", kept)
+
+    sentence = "The console met an error it did not expect; its log has the details."
+    assert (api.status_code, api.json()) == (500, {"error": sentence})
+    assert (page.status_code, page.headers["content-type"]) == (500, "text/html; charset=utf-8")
+    assert sentence in page.text
+    for answer in (api, page):
+        for name in HEADERS:
+            assert answer.headers[name] == usual.headers[name], name
+        for detail in ("Traceback", "JSONDecodeError", "not json", "replies.py"):
+            assert detail not in answer.text
 
 
 @pytest.mark.parametrize(
