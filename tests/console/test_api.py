@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -437,6 +441,58 @@ def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
     assert "No worker reads Dramatiq queue &#39;pipelines&#39;, the framework&#39;s own actors" in page
     assert any("run deadlines are not enforced" in note for note in shown["notes"])
     assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
+
+
+def test_api_queues_asked_again_and_again_reads_each_metrics_endpoint_at_most_once_a_second(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    read_at: dict[str, list[float]] = {"/a/metrics": [], "/b/metrics": []}
+
+    class Endpoint(BaseHTTPRequestHandler):
+        """A worker's metrics endpoint that notes when it is read (and has no samples)."""
+
+        def do_GET(self) -> None:
+            read_at[self.path].append(time.monotonic())
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    endpoints = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=endpoints.serve_forever, name="metrics", daemon=True).start()
+    settings = console_settings(free_port())
+    urls = [f"http://127.0.0.1:{endpoints.server_address[1]}{path}" for path in read_at]
+    settings = settings.model_copy(update={"ui": settings.ui.model_copy(update={"metrics_urls": urls})})
+    app = build_app(settings, span_exporter=InMemorySpanExporter())
+    try:
+        with served_console(app) as url:
+
+            def ask_for_2_5_s() -> list[int]:
+                answers = []
+                with httpx.Client(base_url=url, timeout=30) as client:
+                    until = time.monotonic() + 2.5
+                    while time.monotonic() < until:
+                        answers.append(client.get("/api/queues").status_code)
+                return answers
+
+            started = time.monotonic()
+            with ThreadPoolExecutor(4) as pool:
+                asked = [status for answers in pool.map(lambda _: ask_for_2_5_s(), range(4)) for status in answers]
+            took_s = time.monotonic() - started
+    finally:
+        endpoints.shutdown()
+        endpoints.server_close()
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+    assert set(asked) == {200}
+    assert len(asked) >= 20, len(asked)
+    for path, times in read_at.items():
+        # Read when first asked, then again each second while asked (rates need two reads), no more.
+        assert 2 <= len(times) <= took_s + 1, (path, len(asked), took_s, times)
+        assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(times)), (path, times)
 
 
 def counted(overview: dict[str, Any], actor: str) -> dict[str, Any] | None:
