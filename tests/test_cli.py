@@ -326,6 +326,19 @@ def test_a_password_with_slashes_quotes_spaces_or_at_signs_is_masked_in_the_conf
         assert "store.url = 'redis://u:***@127.0.0.1:6379/14'" in shown.stderr
 
 
+@pytest.mark.parametrize("password", ["pa/ss", "it's", "two words"])
+def test_a_password_after_a_mistyped_scheme_is_masked_in_the_config_error(password: str) -> None:
+    """``redis//`` (no ``://``) is an invalid URL: `pipelines config` says so without its password."""
+    env = environment("t-config", PIPELINES_STORE__URL=f"redis//u:{password}@127.0.0.1:6379/14")
+
+    shown = pipelines(env, "config")
+
+    assert shown.returncode == 2, shown.stderr
+    assert password not in shown.stdout + shown.stderr
+    assert "store.url = 'redis//u:***@127.0.0.1:6379/14'" in shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
 def test_config_prints_the_effective_values_with_the_password_masked(services: None) -> None:
     env = environment("t-config", PIPELINES_BROKER__URL="amqp://admin:hunter2@rabbit.internal:5672/%2F")
 
@@ -744,6 +757,35 @@ def test_what_an_actor_wrote_is_shown_as_written_by_every_command(
     for n in range(len(WRITTEN)):
         assert f"[bold]{n}" in found.stdout
         assert f"[bold]{n}" in top.stdout
+
+
+@only_on("rabbitmq")
+def test_status_masks_a_password_in_a_steps_error_in_the_tree_the_outcome_line_and_json(
+    make_app: MakeApp, start_worker: StartWorker, namespaces: Callable[[], str]
+) -> None:
+    app = make_app(namespace=namespaces())
+    url = "redis://u:leakpw@cache:6379/0"
+
+    @dramatiq.actor(actor_name="connects", broker=app.broker)
+    def connects() -> None:
+        raise ConnectionError(f"Error connecting to {url}")
+
+    start_worker(app)
+    run = app.start(step(connects))
+    assert run.wait(timeout_s=TIMEOUT_S).state == "failed"
+    env = environment(app.settings.namespace)
+
+    shown = pipelines(env, "status", run.id)
+    as_json = pipelines(env, "status", run.id, "--json")
+
+    for result in (shown, as_json):
+        assert (result.returncode, result.stderr) == (0, "")
+        assert "leakpw" not in result.stdout, result.args
+    masked = "ConnectionError: Error connecting to redis://u:***@cache:6379/0"
+    assert re.search(rf"0\.0 connects  failed .*  {re.escape(masked)}$", shown.stdout, re.MULTILINE), shown.stdout
+    assert re.search(rf"^error at step 0\.0: {re.escape(masked)}$", shown.stdout, re.MULTILINE), shown.stdout
+    status = json.loads(as_json.stdout)
+    assert (status["error"], status["steps"][0]["error"]) == (masked, masked)
 
 
 def test_store_migrate_makes_a_postgresql_stores_tables_once_and_loads_no_app(services: None, tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 A URL's password is everything between the ``:`` after its user name and the *last* ``@`` after its
 ``://``: passwords are often not percent-encoded and hold ``/``, ``'``, spaces or ``@`` (base64 ones do).
-In free text a URL has no clear end, so from each ``scheme://`` the last ``@`` on the same line, before
-the next URL, ends its user info: a line may be masked more than it needs, never less.
+A scheme with a typo that lost one character of its ``://`` (``redis//``, ``amqp:/``) starts a URL
+too. In free text a URL has no clear end, so from each start the last ``@`` on the same line, before
+the next URL, ends its user info: a line may be masked more than it needs, never less. A lone URL with
+no scheme at all is masked the same way. In free text with no scheme, ``user:password@`` is masked up
+to the last ``@`` of the word: there a space cannot be told from the end of a password.
 
 Kept apart from the configuration so that logging can mask without importing pydantic, pika or redis.
 """
@@ -14,10 +17,10 @@ import re
 from typing import Any
 
 _SECRET_QUERY_KEYS = frozenset({"password", "pass", "secret", "token"})
-#: ``user:password@`` anywhere, for what does not parse as a URL (a scheme typo such as ``amqp//``).
-_USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]*):(?P<password>[^\s/@'\"]+)@")
-#: Where a URL starts: its scheme.
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: ``user:password@`` in free text with no scheme: the password runs to the last ``@`` of the word.
+_USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]*):(?P<password>\S+)@")
+#: Where a URL starts: its scheme and ``://``, or a typo of it that lost one character (``//``, ``:/``).
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(?::/{1,2}|//)")
 #: A secret in a URL's query (``?password=...``), wherever the URL ends.
 _SECRET_QUERY = re.compile(
     r"(?P<key>[?&](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r"))=(?P<value>[^&#\s'\"<>]*)", re.IGNORECASE
@@ -31,18 +34,15 @@ def mask_url(url: str) -> str:
     if url.count("://") > 1 and "," in url:
         return ",".join(mask_url(part) for part in url.split(","))
     scheme = _SCHEME.match(url)
-    if scheme is None:
-        return _secret_queries(_USERINFO.sub(rf"\g<user>:{MASK}@", url))
-    return url[: scheme.end()] + _secret_queries(_userinfo_masked(url[scheme.end() :]))
+    start = scheme.end() if scheme is not None else 0
+    return url[:start] + _secret_queries(_userinfo_masked(url[start:]))
 
 
 def mask_text(text: str) -> str:
     """``text`` with the password of every URL in it masked (log lines, error messages, tracebacks)."""
-    if "://" in text:
-        text = "\n".join(_mask_line(line) if "://" in line else line for line in text.split("\n"))
-    if "@" in text:
-        text = _USERINFO.sub(rf"\g<user>:{MASK}@", text)
-    return text
+    if "//" in text or ":/" in text:
+        return "\n".join(_mask_line(line) for line in text.split("\n"))
+    return _userinfo_words_masked(text)
 
 
 def mask_secrets(value: Any) -> Any:
@@ -59,8 +59,8 @@ def mask_secrets(value: Any) -> Any:
 def _mask_line(line: str) -> str:
     matches = list(_SCHEME.finditer(line))
     if not matches:
-        return line
-    pieces = [line[: matches[0].start()]]
+        return _userinfo_words_masked(line)
+    pieces = [_userinfo_words_masked(line[: matches[0].start()])]
     for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following is not None else len(line)
         pieces.append(match.group(0) + _secret_queries(_userinfo_masked(line[match.end() : end])))
@@ -68,11 +68,17 @@ def _mask_line(line: str) -> str:
 
 
 def _userinfo_masked(rest: str) -> str:
-    """What follows ``scheme://``, with everything from the first ``:`` to the last ``@`` masked."""
+    """What follows ``scheme://`` (or a lone URL with no scheme), with everything from the first ``:``
+    to the last ``@`` masked."""
     userinfo, at, host = rest.rpartition("@")
     if not at or ":" not in userinfo:
         return rest
     return f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
+
+
+def _userinfo_words_masked(text: str) -> str:
+    """Free text with no URL start in it, with the password of each ``user:password@`` masked."""
+    return _USERINFO.sub(rf"\g<user>:{MASK}@", text) if "@" in text else text
 
 
 def _secret_queries(text: str) -> str:

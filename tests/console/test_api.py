@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+import redis
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pipelines import chain, chord, fan_out, group, step
 from pipelines.app import build_app
 from pipelines.composition import Node
+from pipelines.console.security import HEADERS
 from pipelines.dead_letters.reasons import DeadLetterReason
 from pipelines.testing import running_worker
-from pipelines.wire.naming import run_id_for_key
+from pipelines.wire.naming import run_id_for_key, run_key
 from tests.console.conftest import (
     DB_PASSWORD,
     JAEGER_URL,
@@ -204,6 +210,37 @@ def test_every_answer_carries_the_security_headers(http: httpx.Client) -> None:
         assert "script-src 'self'" in headers["content-security-policy"], path
         assert (headers["x-frame-options"], headers["x-content-type-options"]) == ("DENY", "nosniff"), path
         assert "access-control-allow-origin" not in headers
+
+
+def test_an_unexpected_error_is_a_500_in_one_sentence_with_the_security_headers_and_no_traceback(
+    console: Console, http: httpx.Client
+) -> None:
+    """A run record the store cannot read (its steps damaged outside the framework) fails the read:
+    the page and the API answer 500 as any other answer is made, and keep the details for the log."""
+    run = console.app.start(step(console.actors.echo, "damaged"), name=console.pipeline_name("damaged"))
+    assert run.wait(timeout_s=30).state == "succeeded"
+    steps = run_key(console.app.settings.namespace, run.id) + ":steps"
+    client = redis.Redis.from_url(console.app.settings.store.url)
+    kept = client.hget(steps, "0.0")
+    assert kept is not None
+    usual = http.get("/api/runs")
+
+    client.hset(steps, "0.0", "{not json")
+    try:  # a connection each: the server closes the one an unexpected error was answered on
+        api = httpx.get(f"{console.url}/api/runs/{run.id}", timeout=30)
+        page = httpx.get(f"{console.url}/runs/{run.id}", timeout=30)
+    finally:  # the module's other tests list this run too
+        client.hset(steps, "0.0", kept)
+
+    sentence = "The console met an error it did not expect; its log has the details."
+    assert (api.status_code, api.json()) == (500, {"error": sentence})
+    assert (page.status_code, page.headers["content-type"]) == (500, "text/html; charset=utf-8")
+    assert sentence in page.text
+    for answer in (api, page):
+        for name in HEADERS:
+            assert answer.headers[name] == usual.headers[name], name
+        for detail in ("Traceback", "JSONDecodeError", "not json", "replies.py"):
+            assert detail not in answer.text
 
 
 @pytest.mark.parametrize(
@@ -404,6 +441,58 @@ def test_the_queues_page_says_when_no_worker_reads_the_framework_queue(
     assert "No worker reads Dramatiq queue &#39;pipelines&#39;, the framework&#39;s own actors" in page
     assert any("run deadlines are not enforced" in note for note in shown["notes"])
     assert next(q for q in shown["queues"] if q["actor"] == "double")["consumers"] == 0
+
+
+def test_api_queues_asked_again_and_again_reads_each_metrics_endpoint_at_most_once_a_second(
+    delete_namespace: Callable[[str], None],
+) -> None:
+    read_at: dict[str, list[float]] = {"/a/metrics": [], "/b/metrics": []}
+
+    class Endpoint(BaseHTTPRequestHandler):
+        """A worker's metrics endpoint that notes when it is read (and has no samples)."""
+
+        def do_GET(self) -> None:
+            read_at[self.path].append(time.monotonic())
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    endpoints = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=endpoints.serve_forever, name="metrics", daemon=True).start()
+    settings = console_settings(free_port())
+    urls = [f"http://127.0.0.1:{endpoints.server_address[1]}{path}" for path in read_at]
+    settings = settings.model_copy(update={"ui": settings.ui.model_copy(update={"metrics_urls": urls})})
+    app = build_app(settings, span_exporter=InMemorySpanExporter())
+    try:
+        with served_console(app) as url:
+
+            def ask_for_2_5_s() -> list[int]:
+                answers = []
+                with httpx.Client(base_url=url, timeout=30) as client:
+                    until = time.monotonic() + 2.5
+                    while time.monotonic() < until:
+                        answers.append(client.get("/api/queues").status_code)
+                return answers
+
+            started = time.monotonic()
+            with ThreadPoolExecutor(4) as pool:
+                asked = [status for answers in pool.map(lambda _: ask_for_2_5_s(), range(4)) for status in answers]
+            took_s = time.monotonic() - started
+    finally:
+        endpoints.shutdown()
+        endpoints.server_close()
+        app.close()
+        delete_namespace(app.settings.namespace)
+
+    assert set(asked) == {200}
+    assert len(asked) >= 20, len(asked)
+    for path, times in read_at.items():
+        # Read when first asked, then again each second while asked (rates need two reads), no more.
+        assert 2 <= len(times) <= took_s + 1, (path, len(asked), took_s, times)
+        assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(times)), (path, times)
 
 
 def counted(overview: dict[str, Any], actor: str) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ import pytest
 from redis.connection import SSLConnection
 from redis.sentinel import SentinelManagedConnection
 
-from pipelines.config.masking import mask_url
+from pipelines.config.masking import mask_text, mask_url
 from pipelines.config.redis_urls import SentinelAddress, parse_sentinel_url
 from pipelines.config.settings import CONFIG_PATH_ENV, Settings, load_settings
 from pipelines.errors import ConfigError
@@ -299,21 +299,57 @@ def test_a_url_with_a_non_numeric_port_gives_a_config_error_or_masked_settings(t
 
 
 @pytest.mark.parametrize(
-    ("variable", "url", "expected"),
+    ("variable", "url", "password", "expected"),
     [
-        ("PIPELINES_BROKER__URL", f"amqp//guest:{SECRET}@rabbit:5672/%2F", "broker.url = 'amqp//guest:***@rabbit"),
-        ("PIPELINES_STORE__URL", f"redis//:{SECRET}@cache/0", "store.url = 'redis//:***@cache/0'"),
+        ("PIPELINES_BROKER__URL", "amqp//guest:{}@rabbit:5672/%2F", SECRET, "broker.url = 'amqp//guest:***@rabbit"),
+        ("PIPELINES_STORE__URL", "redis//:{}@cache/0", SECRET, "store.url = 'redis//:***@cache/0'"),
+        ("PIPELINES_STORE__URL", "redis//u:{}@cache/0", "pa/ss", "store.url = 'redis//u:***@cache/0'"),
+        ("PIPELINES_BROKER__URL", "amqp//guest:{}@rabbit/%2F", "my/secret", "broker.url = 'amqp//guest:***@rabbit/"),
+        ("PIPELINES_STORE__URL", "redis//u:{}@cache/0", "it's", "store.url = 'redis//u:***@cache/0'"),
+        ("PIPELINES_STORE__URL", "redis//u:{}@cache/0", "two words", "store.url = 'redis//u:***@cache/0'"),
+        ("PIPELINES_STORE__URL", "redis//u:{}@cache/0", "b64+/a=@x", "store.url = 'redis//u:***@cache/0'"),
+        ("PIPELINES_STORE__URL", "redis:/u:{}@cache/0", "pa/ss w'rd", "store.url = 'redis:/u:***@cache/0'"),
+        ("PIPELINES_STORE__URL", "redis:u:{}@cache/0", "pa/ss", "store.url = 'redis:***@cache/0'"),
+        ("PIPELINES_STORE__URL", "u:{}@cache/0", "two words", "store.url = 'u:***@cache/0'"),
     ],
-    ids=["broker-scheme-typo", "store-scheme-typo"],
+    ids=[
+        "broker-scheme-typo",
+        "store-scheme-typo",
+        "slash",
+        "broker-slash",
+        "quote",
+        "space",
+        "at-sign",
+        "one-slash-lost",
+        "both-slashes-lost",
+        "no-scheme",
+    ],
 )
 def test_a_url_with_a_typo_in_its_scheme_is_reported_without_its_password(
-    monkeypatch: pytest.MonkeyPatch, variable: str, url: str, expected: str
+    monkeypatch: pytest.MonkeyPatch, variable: str, url: str, password: str, expected: str
 ) -> None:
-    monkeypatch.setenv(variable, url)
+    """Even a password with '/', a quote, a space or '@' in it: from the ':' after the user name to the
+    last '@' is masked, whether or not the scheme reads ``://``."""
+    monkeypatch.setenv(variable, url.format(password))
     with pytest.raises(ConfigError) as raised:
         load_settings()
-    assert SECRET not in str(raised.value)
+    assert password not in str(raised.value)
     assert expected in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("cannot reach redis//u:two words@cache/0 now", "cannot reach redis//u:***@cache/0 now"),
+        ("amqp//guest:my/secret@rabbit/ and redis//u:it's@cache/0", "amqp//guest:***@rabbit/ and redis//u:***@cache/0"),
+        ("url = 'redis:/u:pa/ss@cache/0'", "url = 'redis:/u:***@cache/0'"),
+        ("u:pa/ss@cache/0", "u:***@cache/0"),
+        ("at 12:30 bob@example.com wrote", "at 12:30 bob@example.com wrote"),
+    ],
+    ids=["space", "two-urls", "one-slash-lost", "no-scheme", "prose"],
+)
+def test_a_password_after_a_mistyped_scheme_is_masked_in_free_text(text: str, masked: str) -> None:
+    assert mask_text(text) == masked
 
 
 @pytest.mark.parametrize(
