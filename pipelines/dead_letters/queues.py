@@ -174,6 +174,11 @@ class DeadLetterQueues:
                 raise CannotReplay(f"Run {address.run_id} of dead letter {letter.id} is past its retention; purge it.")
             if outcome == "stopped":
                 raise CannotReplay(f"Run {address.run_id} is {state}; its steps can no longer run.")
+            if outcome == "not due":
+                raise CannotReplay(
+                    f"Step {address.node} of run {address.run_id} is not due (its run has not released {state} "
+                    f"yet): dead letter {letter.id} is of a message the run did not send; purge it."
+                )
             if outcome == "done":
                 return "already done"
         once = f"replay:{letter.id}:{letter.reason.at}"

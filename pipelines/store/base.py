@@ -253,7 +253,7 @@ class Claim:
 
 
 KeyClaimKind = Literal["run", "done", "busy"]
-ReopenKind = Literal["reopened", "done", "stopped", "missing"]
+ReopenKind = Literal["reopened", "done", "stopped", "missing", "not due"]
 #: What opening a long-running job's lease found: ``opened`` (run it), ``open`` (another copy runs it,
 #: or its watchdog owns it) or ``ended`` (the job ended within the retention period: never run it again).
 LeaseOpenKind = Literal["opened", "open", "ended"]

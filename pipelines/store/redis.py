@@ -44,7 +44,7 @@ from pipelines.wire.naming import (
     local_steps_key,
     run_id_for_key,
 )
-from pipelines.wire.steps import Frame, frames_json
+from pipelines.wire.steps import ROOT, Frame, frames_json
 
 #: Seconds to wait for Redis to answer before reporting it unavailable.
 SOCKET_TIMEOUT_S = 5.0
@@ -142,12 +142,16 @@ class RedisRunStore(RedisRunReads):
             "1" if run.registered else "0",
             run.rerun_of or "",
         ]
+        # A step of the stored plan (u: its ancestors) started by a chain continuation (r) runs once that is
+        # released (claim.lua); the run's first steps, at once.
+        starts_in = {node: start for start, nodes in run.entries.items() if start != ROOT for node in nodes}
         for node, actor in run.steps:
-            up = run.frames.get(node)
-            args += [
-                node,
-                orjson.dumps({"a": actor, "s": "pending"} if up is None else {"a": actor, "s": "pending", "u": up}),
-            ]
+            step: dict[str, str] = {"a": actor, "s": "pending"}
+            if (up := run.frames.get(node)) is not None:
+                step["u"] = up
+                if node in starts_in:
+                    step["r"] = starts_in[node]
+            args += [node, orjson.dumps(step)]
         for node, leaves in run.starts.items():
             args += [node, leaves, " ".join(run.entries[node])]
         return [self._key(run.run_id)], args

@@ -152,7 +152,7 @@ def finish(reply: Any) -> bool:
 
 
 def reopen(reply: Any) -> tuple[ReopenKind, str | None]:
-    """``reopen.lua``: (outcome, run state of a stopped run)."""
+    """``reopen.lua``: (outcome, run state of a stopped run or the continuation a step not due waits for)."""
     return cast(ReopenKind, text(reply[0])), text(reply[1]) if len(reply) > 1 else None
 
 

@@ -66,6 +66,16 @@ class Frame:
         return cls(kind, node, index, count)
 
 
+def released_under(up: Iterable[Frame]) -> str:
+    """Under which id a step with these ancestors is released: :data:`ROOT` for a run's first steps, else
+    the chain continuation whose entries list it (released when the step before it ends). A step runs or
+    ends only once its run released that id: a message for it before then is not one its run sent."""
+    for frame in up:
+        if frame.kind == "c" and frame.index > 0:
+            return f"{frame.node}.{frame.index}"
+    return ROOT
+
+
 def frames_json(up: Iterable[Frame]) -> str:
     """A step's ancestors as the run store keeps them and compares them with a message's: one spelling."""
     return orjson.dumps([f.to_json() for f in up]).decode()

@@ -3,7 +3,7 @@ delivery, raw publishing, and a PostgreSQL table that counts effects (helpers in
 
 Every test here runs against the real services (``backend`` is RabbitMQ with Redis), unless it asks for
 the embedded broker too (``@pytest.mark.parametrize("backend", ["memory", "rabbitmq"], indirect=True)``:
-each broker kind with its partner store).
+each broker kind with its partner store) or names its pairs (``@on(Backend("rabbitmq", "postgres"), ...)``).
 """
 
 from __future__ import annotations
@@ -15,16 +15,18 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pipelines.app import App
-from tests.support.backends import BROKER_KINDS, Backend, paired
+from tests.support.backends import Backend, paired
 from tests.support.fail_closed.fail_closed_support import ConsumerRestarts, Effects, Ledger, RawPublisher
 
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> Backend:
     """This suite is about the real consumer and the real store: RabbitMQ and Redis, unless the test is
-    parametrized with the embedded broker too."""
-    chosen = paired(str(getattr(request, "param", "rabbitmq")))
-    if BROKER_KINDS[chosen.broker].needs_services:
+    parametrized with the embedded broker too (a broker kind: with its partner store), or with pairs
+    (:func:`~tests.support.backends.on`)."""
+    param = getattr(request, "param", "rabbitmq")
+    chosen = param if isinstance(param, Backend) else paired(str(param))
+    if chosen.needs_services:
         request.getfixturevalue("services")
     return chosen
 

@@ -5,7 +5,8 @@
 -- then, for a message's claim, the message's actor and its step's ancestors (frames json) as it carries them
 -- The attempt is added to the step's history (h).
 -- Returns {'run', attempt} | {'done'} | {'stopped', run_status} | {'busy', wait_ms} | {'missing'}
---       | {'malformed', why}: the message's actor or address is not the stored plan's (nothing changes)
+--       | {'malformed', why}: the message's actor or address is not the stored plan's, or its run has not
+--         released its step yet (nothing changes)
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if not status then return {'missing'} end
@@ -14,6 +15,12 @@ if not raw then return {'missing'} end
 local step = cjson.decode(raw)
 if ARGV[5] and ARGV[5] ~= step.a then return {'malformed', 'it is a step of ' .. tostring(step.a) .. ', not of ' .. ARGV[5]} end
 if ARGV[6] and step.u and ARGV[6] ~= step.u then return {'malformed', 'its ancestors are not the plan\'s ' .. step.u} end
+-- A step runs only once its run released it: one of the run's first steps, or an entry of the chain
+-- continuation (r) the step before it released (complete.lua keeps what that receives in :inputs). One that
+-- never succeeded is refused until then: a message for it is not one its run sent.
+if step.r and step.s ~= 'succeeded' and redis.call('HEXISTS', run .. ':inputs', step.r) == 0 then
+  return {'malformed', 'it is not due: its run has not released ' .. step.r .. ' yet'}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = tonumber(redis.call('HGET', run, 'deadline_at') or '0')

@@ -8,7 +8,8 @@
 --       | {'waiting'} | {'done', value, created_at, released, member trace parents, chord wait ms}
 --       | {'local', step id, value, leaves json, released, member trace parents, chord wait ms, claim}
 --       | {'duplicate'} | {'stopped', run_status} | {'missing'} | {'lost'}
---       | {'malformed', why}: the frames are not the step's ancestors in the stored plan (nothing changes)
+--       | {'malformed', why}: the frames are not the step's ancestors in the stored plan, or its run has
+--         not released the step yet (nothing changes)
 -- (the step's latest attempt in its history (h) ends 'succeeded'; a step claimed here starts one)
 -- ('local' is 'start' with the one step of the continuation claimed for this worker: complete-and-claim)
 -- (released is 1 when the step released a barrier; then member trace parents and chord wait describe
@@ -23,6 +24,10 @@ if not raw then return {'missing'} end
 local step = cjson.decode(raw)
 -- What a step's end may advance is the stored plan's, never the message's own say.
 if step.u and ARGV[3] ~= step.u then return {'malformed', 'its ancestors are not the plan\'s ' .. step.u} end
+-- Nor does a step end before its run released it (see claim.lua).
+if step.r and step.s ~= 'succeeded' and redis.call('HEXISTS', run .. ':inputs', step.r) == 0 then
+  return {'malformed', 'it is not due: its run has not released ' .. step.r .. ' yet'}
+end
 -- An attempt whose lease lapsed and was claimed again may not complete the step: the later claim's will.
 local claim = tonumber(ARGV[6] or '')
 if claim and (step.n or 0) ~= claim then return {'lost'} end

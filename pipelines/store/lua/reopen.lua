@@ -1,6 +1,7 @@
 -- Reopen a dead-lettered step for replay: the step may run again, and a run that failed runs again.
 -- KEYS[1] run key; ARGV: step id, retention_ms, why it is replayed (kept in the step's history, h)
 -- Returns {'reopened'} | {'done'} (the step had succeeded) | {'stopped', run_status} | {'missing'}
+--       | {'not due', continuation}: the run has not released the step (the continuation it starts in) yet
 local run = KEYS[1]
 local status = redis.call('HGET', run, 'status')
 if not status then return {'missing'} end
@@ -8,6 +9,9 @@ local raw = redis.call('HGET', run .. ':steps', ARGV[1])
 if not raw then return {'missing'} end
 local step = cjson.decode(raw)
 if step.s == 'succeeded' then return {'done'} end
+-- Nor is a step reopened before its run released it (see claim.lua): its letter is of a message the run
+-- did not send, and reopening the step would let that run.
+if step.r and redis.call('HEXISTS', run .. ':inputs', step.r) == 0 then return {'not due', step.r} end
 if status == 'failed' then
   redis.call('HSET', run, 'status', 'running')
   redis.call('HDEL', run, 'error', 'failed_step', 'finished_at', 'deadline_at')

@@ -146,6 +146,7 @@ class StepCompletion(StepLogs):
             return Advance("missing")
         if step["up"] is not None and frames_json(call.up) != step["up"]:
             raise AddressNotInPlan(call.run_id, call.node, f"its ancestors are not the plan's {step['up']}")
+        self._refuse_unreleased(cur, call.run_id, call.node, step)
         if call.claim is not None and step["attempts"] != call.claim:
             return Advance("lost")
         self._keep_logs(cur, call.run_id, call.node, call.logs)

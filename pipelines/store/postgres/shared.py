@@ -1,16 +1,19 @@
 """What every part of the PostgreSQL store shares: its connections, namespace, retention and bounds of
-steps' logs, a run's row locked for a decision, and the notification that tells waiters a run changed."""
+steps' logs, a run's row locked for a decision, a step refused until its run released it, and the
+notification that tells waiters a run changed."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from psycopg.rows import dict_row
 
 from pipelines.store.base import FINAL_RUN_STATES
 from pipelines.store.postgres.connection import Connections, Cursor
 from pipelines.store.postgres.schema import NOW_MS
 from pipelines.store.step_history import STEP_LOG_BOUNDS
+from pipelines.wire.steps import ROOT, AddressNotInPlan, Frame, released_under
 
 #: Run states in which a run still goes.
 GOING = ("pending", "running")
@@ -70,6 +73,31 @@ class Part:
             )
             run = cur.fetchone()
             return run, steps.fetchone() if run is not None else None
+
+    def _unreleased(self, cur: Cursor, run_id: str, step: dict[str, Any]) -> str | None:
+        """The continuation a step that never succeeded starts in (:func:`released_under`) while its run has
+        not released it yet, else None: such a step neither runs, ends nor reopens (``claim.lua`` says why)."""
+        if step["state"] == "succeeded" or step["up"] is None:
+            return None
+        start = released_under(Frame.from_json(frame) for frame in orjson.loads(step["up"]))
+        if start == ROOT:
+            return None
+        cur.execute(
+            f"SELECT input IS NOT NULL AS released FROM {self._s}.starts WHERE ns = %s AND run_id = %s AND node = %s",
+            [self._ns, run_id, start],
+        )
+        row = cur.fetchone()
+        return start if row is None or not row["released"] else None
+
+    def _refuse_unreleased(self, cur: Cursor, run_id: str, node: str, step: dict[str, Any]) -> None:
+        """Refuse a message for a step its run has not released yet: its run did not send it.
+
+        Raises:
+            AddressNotInPlan: The run has not released the step yet (:meth:`_unreleased`).
+        """
+        start = self._unreleased(cur, run_id, step)
+        if start is not None:
+            raise AddressNotInPlan(run_id, node, f"it is not due: its run has not released {start} yet")
 
     def _notify(self, cur: Cursor, run_id: str) -> None:
         """Tell whoever waits on the run that it changed (delivered when the transaction commits)."""

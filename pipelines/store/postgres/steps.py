@@ -121,6 +121,7 @@ class RunSteps(StepLogs):
                     raise AddressNotInPlan(run_id, node, f"it is a step of {step['actor']}, not of {actor}")
                 if step["up"] is not None and frames_json(up) != step["up"]:
                     raise AddressNotInPlan(run_id, node, f"its ancestors are not the plan's {step['up']}")
+            self._refuse_unreleased(cur, run_id, node, step)
             now, status = run["now"], run["status"]
             if run["deadline_at"] is not None and now > run["deadline_at"] and status in GOING:
                 status = "failed"
@@ -260,6 +261,9 @@ class RunSteps(StepLogs):
                 return "missing", None
             if step["state"] == "succeeded":
                 return "done", None
+            start = self._unreleased(cur, run_id, step)
+            if start is not None:
+                return "not due", start
             status, now = run["status"], run["now"]
             if status not in GOING and status != "failed":
                 return "stopped", status

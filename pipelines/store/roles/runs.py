@@ -213,7 +213,9 @@ class StepReplays(Protocol):
         replay, with ``reason`` (which dead letter, and why it died).
 
         Returns:
-            The outcome, and the run's state when the outcome is ``stopped`` (else None).
+            The outcome, and the run's state when the outcome is ``stopped``, the continuation the step
+            starts in when it is ``not due`` (its run has not released the step: its letter is of a message
+            the run did not send, and nothing changes), else None.
         """
 
 
