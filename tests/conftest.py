@@ -215,9 +215,9 @@ def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
     """Starts a worker for an app's declared actors (declare them first); stopped after the test."""
     workers: list[dramatiq.Worker] = []
 
-    def start(app: App, *, threads: int = 4) -> dramatiq.Worker:
+    def start(app: App, *, threads: int = 4, queues: set[str] | None = None) -> dramatiq.Worker:
         boot(app)
-        worker = dramatiq.Worker(app.broker, worker_threads=threads, worker_timeout=100)
+        worker = dramatiq.Worker(app.broker, queues=queues, worker_threads=threads, worker_timeout=100)
         worker.start()
         workers.append(worker)
         return worker

@@ -675,3 +675,25 @@ def test_secrets_in_errors_and_tracebacks_are_masked_wherever_the_console_shows_
     assert all(masked in page for page in pages[:3])
     for text in [*map(json.dumps, [shown, listed, detail, letters]), *pages]:
         assert DB_PASSWORD not in text
+
+
+def test_what_an_actor_wrote_is_shown_as_written_in_the_runs_list_and_on_the_run_page(
+    console: Console, http: httpx.Client
+) -> None:
+    # Text a markup reader would eat ("[worker]") or choke on ("[/x]"): data, shown as written.
+    written = "fail: got [/x] (timeout_s, or [worker] time_limit_s)"
+    name = console.pipeline_name("bracketed")
+    run = dead_lettered(console, step(console.actors.echo, written), "echo", name)
+    error = f"ValueError: {written}"
+
+    listed = http.get("/api/runs", params={"pipeline": name}).json()["runs"]
+    shown = http.get(f"/api/runs/{run.id}").json()
+    runs_page = http.get("/runs", params={"pipeline": name})
+    run_page = http.get(f"/runs/{run.id}", params={"step": shown["failed_step"]})
+
+    assert [(r["run_id"], r["error"]) for r in listed] == [(run.id, error)]
+    assert shown["error"] == error
+    assert (runs_page.status_code, run_page.status_code) == (200, 200)
+    assert f'<span title="{error}">{error}</span>' in runs_page.text
+    assert f'">{shown["failed_step"]}</a>: {error}</div>' in run_page.text  # the run's alert
+    assert f'<div class="alert">{error}</div>' in run_page.text  # the step's

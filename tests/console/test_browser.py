@@ -317,6 +317,22 @@ def test_values_from_runs_and_messages_show_as_text(console: Console, page: Any,
     assert page.locator("main img").count() == 0
 
 
+def test_an_error_with_brackets_shows_as_written_in_the_runs_list_and_on_the_run_page(
+    console: Console, page: Any, shoot: Shoot
+) -> None:
+    error = "ValueError: fail: got [/x] (timeout_s, or [worker] time_limit_s)"
+    name = console.pipeline_name("bracketed")
+    run = console.app.start(step(console.actors.echo, error.removeprefix("ValueError: ")), name=name)
+    assert run.wait(timeout_s=30).state == "failed"
+
+    page.goto(f"{console.url}/runs?pipeline={name}")
+    expect(page.locator(f"tr[data-run='{run.id}'] td.error")).to_have_text(error)
+    page.goto(f"{console.url}/runs/{run.id}?step=0.0")
+    expect(page.locator(".alert").first).to_have_text(f"Failed at step 0.0: {error}")
+    expect(page.locator(".alert").nth(1)).to_have_text(error)
+    shoot("bracketed")
+
+
 def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> None:
     console.actors.broken.set()
     stuck = console.app.start(step(console.actors.flaky, 5), name=console.pipeline_name("queues"))

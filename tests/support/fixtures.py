@@ -30,9 +30,10 @@ class MakeApp(Protocol):
 
 
 class StartWorker(Protocol):
-    """``start_worker(app)``: a started worker for the app's declared actors, stopped after the test."""
+    """``start_worker(app)``: a started worker for the app's declared actors (or only those of ``queues``),
+    stopped after the test."""
 
-    def __call__(self, app: App, *, threads: int = 4) -> dramatiq.Worker: ...
+    def __call__(self, app: App, *, threads: int = 4, queues: set[str] | None = None) -> dramatiq.Worker: ...
 
 
 class Observer(dramatiq.Middleware):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import Counter
 
 import dramatiq
 import orjson
@@ -15,7 +17,9 @@ from pipelines.app import App
 from pipelines.broker import ExchangeBroker
 from pipelines.store.redis import RedisRunStore
 from tests.support.backends import Backend, only_on
+from tests.support.fail_closed.fail_closed_support import wait_until
 from tests.support.fixtures import MakeApp, Observe, StartWorker
+from tests.support.recording import Recorded
 
 TIMEOUT_S = 30
 
@@ -91,6 +95,72 @@ def test_a_step_whose_run_the_store_lost_is_dead_lettered_as_run_not_in_store(
     [letter] = app.dead_letters.list("price")
     assert (letter.reason.reason, letter.reason.error_type) == ("run or step not in the run store", "RunNotInStore")
     assert f"of run {run.id} is not in the run store" in (letter.reason.error or "")
+
+
+def test_a_store_that_loses_its_data_mid_run_dead_letters_each_waiting_step_as_run_not_in_store(
+    make_app: MakeApp, start_worker: StartWorker, observe: Observe, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    observer = observe(app)
+    gate, in_flight = threading.Event(), Recorded()
+
+    @dramatiq.actor(broker=app.broker)
+    def prepare(n: int) -> int:
+        return n
+
+    @dramatiq.actor(broker=app.broker)
+    def gated(n: int) -> int:
+        in_flight.add(n)
+        assert gate.wait(TIMEOUT_S), "the test never opened the gate"
+        return n
+
+    @dramatiq.actor(broker=app.broker, queue_name="later")
+    def finish(n: int) -> int:
+        return n + 1
+
+    store = app.store
+    assert isinstance(store, RedisRunStore)
+    threads = 2
+    start_worker(app, threads=threads, queues=set(app.broker.get_declared_queues()) - {"later"})
+    # Second steps queued: their first steps ran, and no worker reads their queue yet.
+    queued_second = [app.start(chain(prepare, finish), args=(n,)) for n in range(3)]
+
+    def first_steps_ran() -> bool:
+        return all(run.status().steps[0].state == "succeeded" for run in queued_second)
+
+    wait_until(first_steps_ran, TIMEOUT_S, "the first steps of the runs whose second steps wait")
+    # First steps in flight (every worker thread held at the gate), and more queued behind them.
+    in_flight_runs = [app.start(chain(gated, finish), args=(n,)) for n in range(threads)]
+    in_flight.wait_for(threads)
+    queued_first = [app.start(chain(gated, finish), args=(n,)) for n in range(threads, threads + 3)]
+
+    with caplog.at_level(logging.INFO):
+        assert store.delete_namespace() > 0  # the store loses its data mid-run
+        gate.set()
+        start_worker(app, threads=threads, queues={"later"})
+        observer.wait_handled("gated", len(in_flight_runs) + len(queued_first))
+        observer.wait_handled("finish", len(queued_second))
+        observer.wait_dead_lettered("gated", len(queued_first))
+        observer.wait_dead_lettered("finish", len(queued_second))
+        after = app.start(chain(prepare, finish), args=(10,))  # the workers still work
+        assert after.result(timeout_s=TIMEOUT_S) == 11
+
+    letters = app.dead_letters.list()
+    lost = {letter.reason.run_id for letter in letters}
+    print(
+        f"figures: store deleted with {len(queued_second)} second steps queued, {len(in_flight_runs)} first steps in "
+        f"flight, {len(queued_first)} first steps queued: dead letters "
+        f"{sorted(Counter((le.reason.reason, le.reason.error_type) for le in letters).items())}"
+    )
+    assert {(le.reason.reason, le.reason.error_type) for le in letters} == {
+        ("run or step not in the run store", "RunNotInStore")
+    }
+    assert sorted((le.reason.run_id or "", le.reason.step or "") for le in letters) == sorted(
+        [(run.id, "0.1") for run in queued_second] + [(run.id, "0.0") for run in queued_first]
+    )
+    assert lost.isdisjoint(run.id for run in in_flight_runs)  # they ended; their completion found no run to advance
+    assert not [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.CRITICAL]  # no crash
+    assert observer.dead_lettered == {"gated": len(queued_first), "finish": len(queued_second)}
 
 
 def test_replaying_a_fixed_step_completes_its_original_run_once(
