@@ -142,6 +142,13 @@ class Runtime(StartsInTransaction):
         )
         if advance.kind == "lost":
             self.lost(message, address)
+        elif advance.kind == "missing":
+            logger.warning(
+                "Step %s of run %s ended, but its run is not in the run store (it expired, or the store lost "
+                "its data): its result is not recorded and nothing follows. Start the run again.",
+                address.node,
+                address.run_id,
+            )
         self._follow(broker, message, address, advance)
         if advance.kind == "local":
             assert local is not None

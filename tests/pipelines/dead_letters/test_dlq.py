@@ -159,6 +159,12 @@ def test_a_store_that_loses_its_data_mid_run_dead_letters_each_waiting_step_as_r
         [(run.id, "0.1") for run in queued_second] + [(run.id, "0.0") for run in queued_first]
     )
     assert lost.isdisjoint(run.id for run in in_flight_runs)  # they ended; their completion found no run to advance
+    ended_without_run = sorted(
+        r.getMessage().split(" of run ")[1].split(" ")[0]
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "its run is not in the run store" in r.getMessage()
+    )
+    assert ended_without_run == sorted(run.id for run in in_flight_runs)  # each said so, once
     assert not [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.CRITICAL]  # no crash
     assert observer.dead_lettered == {"gated": len(queued_first), "finish": len(queued_second)}
 
