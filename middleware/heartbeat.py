@@ -2,12 +2,14 @@
 
 A thread records, every ``[worker] heartbeat_s``, the process's host, pid and parent pid (the processes
 of one ``dramatiq`` command share it), its threads, the Dramatiq queues it reads, the messages it
-processed and failed since it started, and the messages it runs now (a pipeline step with its run and
-step id). A process that missed three beats is gone; its record is kept an hour, so a killed process
-shows as gone that long, while one that stops cleanly removes it. With each beat it adds the messages
-it processed, failed and dead-lettered since the last one, per actor, to the store's counts of their
-minute (``pipelines.store.counts``), plain messages and pipeline steps alike. ``pipelines workers``,
-``pipelines queues`` and the console's queues page read them, with or without ``[metrics]``.
+processed and failed since it started, the messages it runs now (a pipeline step with its run and step
+id), and per RabbitMQ queue the deliveries it holds unacknowledged (the broker's ``unacked``: a count
+its consumers keep, no call per message). A process that missed three beats is gone; its record is kept
+an hour, so a killed process shows as gone that long, while one that stops cleanly removes it. With
+each beat it adds the messages it processed, failed and dead-lettered since the last one, per actor, to
+the store's counts of their minute (``pipelines.store.counts``), plain messages and pipeline steps
+alike. ``pipelines workers``, ``pipelines queues`` and the console's queues page read them, with or
+without ``[metrics]``.
 Observability only: a store that does not answer skips a beat, never a message.
 """
 
@@ -18,6 +20,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import dramatiq
@@ -58,6 +61,8 @@ class Heartbeat(Middleware):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._worker: dramatiq.Worker | None = None
+        self._unacked: Callable[[], dict[str, int]] | None = None
+        """The broker's count of the deliveries held unacknowledged per queue (RabbitMQ's only)."""
         self._started_at_ms = 0
         self._thread: threading.Thread | None = None
 
@@ -67,6 +72,7 @@ class Heartbeat(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._worker, self._started_at_ms = worker, int(time.time() * 1000)
+        self._unacked = getattr(broker, "unacked", None)
         self._stop.clear()
         self.beat()  # at once: a worker shows as soon as it has booted
         self._thread = threading.Thread(target=self._beat, name="pipelines-worker-heartbeat", daemon=True)
@@ -120,6 +126,7 @@ class Heartbeat(Middleware):
         with self._lock:
             running = tuple(sorted(what for what, _ in self._running.values()))
             processed, failed = self.processed, self.failed
+        unacked = self._unacked() if self._unacked is not None else {}
         return WorkerBeat(
             worker_id=self.worker_id,
             host=socket.gethostname(),
@@ -132,6 +139,7 @@ class Heartbeat(Middleware):
             running=running,
             started_at_ms=self._started_at_ms,
             beat_at_ms=int(time.time() * 1000),
+            unacked=unacked,
         )
 
     def beat(self) -> None:

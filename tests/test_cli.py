@@ -273,11 +273,13 @@ def test_topology_and_queues_show_what_the_namespace_declares(env: dict[str, str
     )
     # Each table has its header.
     assert re.search(r"ACTOR\s+PROFILE\s+QUEUE\s+CONSUMES", topology.stdout)
-    assert re.search(r"QUEUE\s+ROLE\s+MESSAGES", queues.stdout)
+    assert re.search(r"QUEUE\s+ROLE\s+MESSAGES\s+CONSUMERS\s+UNACKED", queues.stdout)
     assert queues.returncode == 0, queues.stderr
     assert re.search(rf"{namespace}\.orders\.charge_payment\.dead\s+dead-letter\s+0", queues.stdout)
-    # The worker reads every actor queue, the long-running one (which it polls) included.
-    assert re.search(rf"{namespace}\.long_running\.export_orders\s+actor\s+\d+\s*$", queues.stdout, re.MULTILINE)
+    # The worker reads every actor queue, the long-running one (which it polls) included: its consumers.
+    assert re.search(
+        rf"{namespace}\.long_running\.export_orders\s+actor\s+\d+\s+[1-9]\d*\s+\d+\s*$", queues.stdout, re.MULTILINE
+    )
     assert "no consumer" not in queues.stdout
     assert "no consumer" not in topology.stdout
 
@@ -292,8 +294,8 @@ def test_queues_and_topology_mark_actor_queues_that_no_worker_reads(namespaces: 
     namespace = env["PIPELINES_NAMESPACE"]
     assert started.returncode == 0, started.stderr
     assert queues.returncode == 0, queues.stderr
-    assert re.search(rf"{namespace}\.orders\.charge_payment\s+actor\s+0\s+no consumer", queues.stdout)
-    assert re.search(rf"{namespace}\.long_running\.export_orders\s+actor\s+0\s+no consumer", queues.stdout)
+    assert re.search(rf"{namespace}\.orders\.charge_payment\s+actor\s+0\s+0\s+0\s+no consumer", queues.stdout)
+    assert re.search(rf"{namespace}\.long_running\.export_orders\s+actor\s+0\s+0\s+0\s+no consumer", queues.stdout)
     assert not re.search(r"(dead-letter|delay).*no consumer", queues.stdout)
     assert topology.returncode == 0, topology.stderr
     assert re.search(rf"{namespace}\.orders\.charge_payment\s+actor\s+quorum\s+no consumer", topology.stdout)

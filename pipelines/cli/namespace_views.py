@@ -98,7 +98,8 @@ def topology(app: App, args: argparse.Namespace, out: Output) -> int:
 
 def queues(app: App, args: argparse.Namespace, out: Output) -> int:
     from pipelines.broker import ExchangeBroker
-    from pipelines.cli.readers import framework_note, unread
+    from pipelines.cli.readers import framework_note
+    from pipelines.console.overview import unacked_per_queue
     from pipelines.store.counts import LAST_HOUR_MS, per_actor
 
     broker = app.broker
@@ -112,11 +113,19 @@ def queues(app: App, args: argparse.Namespace, out: Output) -> int:
     now_ms = int(time.time() * 1000)
     hour = per_actor(app.store.message_counts(now_ms - LAST_HOUR_MS, now_ms))
     actor_of = {queue: actor for actor, queue in declared.actor_queues.items()}
+    held = unacked_per_queue(app.store.worker_beats(), app.settings.worker.heartbeat_s, now_ms / 1000)
     found: list[dict[str, Any]] = []
     for queue in declared.queues:
         count = broker.queue_depth(queue.name)
-        no_consumer = count is not None and unread(broker, queue)
-        entry: dict[str, Any] = {"name": queue.name, "role": queue.role, "messages": count, "no_consumer": no_consumer}
+        consumers = broker.queue_consumers(queue.name) if count is not None else None
+        entry: dict[str, Any] = {
+            "name": queue.name,
+            "role": queue.role,
+            "messages": count,
+            "consumers": consumers,
+            "unacked": held.get(queue.name, 0) if count is not None else None,
+            "no_consumer": queue.role == "actor" and consumers == 0,
+        }
         actor = actor_of.get(queue.name)
         if actor is not None:  # an actor's queue (the first of an ordered actor's partitions)
             entry |= {"actor": actor, "last_hour": _counts_json(hour.get(actor))}
@@ -126,9 +135,11 @@ def queues(app: App, args: argparse.Namespace, out: Output) -> int:
         return 0
     rows: list[list[str | Text]] = []
     for q in found:
-        messages = "missing" if q["messages"] is None else str(q["messages"])
-        rows.append([q["name"], q["role"], messages, Text("no consumer" if q["no_consumer"] else "", "yellow")])
-    out.table(["QUEUE", "ROLE", "MESSAGES", "NOTE"], rows)
+        counts = (
+            ["missing", "", ""] if q["messages"] is None else [str(q[k]) for k in ("messages", "consumers", "unacked")]
+        )
+        rows.append([q["name"], q["role"], *counts, Text("no consumer" if q["no_consumer"] else "", "yellow")])
+    out.table(["QUEUE", "ROLE", "MESSAGES", "CONSUMERS", "UNACKED", "NOTE"], rows)
     note = framework_note(app, {q["name"] for q in found if q["no_consumer"]})
     if note:
         out.line(note)

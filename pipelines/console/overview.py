@@ -4,8 +4,9 @@ Each source is one that a deployment has without extra services: depths and cons
 (AMQP's passive declare), the last hour's counts per actor and the charts from the minutes the workers
 add to the run store with their heartbeats (:mod:`pipelines.store.counts`), the workers from their
 heartbeats. Only what is being processed now, the rates per second and the oldest message's age need
-the workers' metrics endpoints. Unacknowledged counts are not shown: AMQP reports a queue's ready
-messages and consumers only, and RabbitMQ's management API, which counts the others, is not used.
+the workers' metrics endpoints. AMQP reports a queue's ready messages and consumers only, and
+RabbitMQ's management API is not used: the unacknowledged deliveries are the sum of what each live
+worker of this framework said it holds in its last heartbeat.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class QueuesOverview:
         hour = per_actor(minutes)
         topology = self.app.broker.topology
         reading: Callable[[str], int | None] | None = getattr(self.app.broker, "queue_consumers", None)
+        beats = self.app.store.worker_beats()
+        held = unacked_per_queue(beats, self.app.settings.worker.heartbeat_s, now)
         queues = []
         for actor, queue in sorted(topology.actor_queues.items()):
             consume = topology.consume_queues.get(actor, (queue,))
@@ -86,6 +89,7 @@ class QueuesOverview:
                     depth=_total(depths),
                     dead=depth(dead_letter_queue(queue)) if depth else None,
                     consumers=_total(consumers),
+                    unacked=sum(held.get(q, 0) for q in consume) if depth else None,
                     processing=sample.in_flight.get(actor, 0.0) if sample and not sample.unreachable else None,
                     rate_per_s=scrape.rate(self._previous, self._latest, "processed", actor) if self._latest else None,
                     failed_per_s=scrape.rate(self._previous, self._latest, "failed", actor) if self._latest else None,
@@ -97,7 +101,7 @@ class QueuesOverview:
             )
         note = unread_note(self.app.broker, {q.queue for q in queues if q.consumers == 0})
         notes += [note] if note else []
-        workers = worker_views(self.app.store.worker_beats(), self.app.settings.worker.heartbeat_s, now)
+        workers = worker_views(beats, self.app.settings.worker.heartbeat_s, now)
         return Overview(tuple(queues), workers, tuple(notes), now, hour_charts(minutes))
 
 
@@ -114,6 +118,16 @@ def worker_views(beats: list[WorkerBeat], interval_s: float, now: float) -> tupl
         )
         for beat in beats
     )
+
+
+def unacked_per_queue(beats: list[WorkerBeat], interval_s: float, now: float) -> dict[str, int]:
+    """Per RabbitMQ queue, the deliveries the live workers held unacknowledged at their last heartbeats."""
+    held: dict[str, int] = {}
+    for beat in beats:
+        if beat.alive(interval_s, int(now * 1000)):
+            for queue, count in beat.unacked.items():
+                held[queue] = held.get(queue, 0) + count
+    return held
 
 
 def _total(counts: list[int | None]) -> int | None:

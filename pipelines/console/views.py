@@ -160,6 +160,8 @@ class QueueView:
     dead: int | None
     consumers: int | None
     """Consumers reading the queue now, in every worker process (None when not known)."""
+    unacked: int | None
+    """Deliveries the live workers hold unacknowledged, as of their last heartbeats (None when not known)."""
     processing: float | None
     """Messages the workers are processing now, not yet acknowledged (from their metrics)."""
     rate_per_s: float | None

@@ -169,6 +169,8 @@ class WorkerBeat:
     """What it runs now: ``actor`` for each message, with ``run/step`` for a pipeline step."""
     started_at_ms: int
     beat_at_ms: int
+    unacked: dict[str, int] = field(default_factory=dict)
+    """Per RabbitMQ queue it consumes, the deliveries it holds unacknowledged (prefetched, running, held)."""
 
     def alive(self, interval_s: float, now_ms: int) -> bool:
         """Whether it beat within its last ``BEATS_BEFORE_GONE`` intervals of ``interval_s``."""

@@ -348,14 +348,23 @@ def test_queues_and_live_workers(console: Console, page: Any, shoot: Shoot) -> N
     expect(flaky.locator("a.dead")).to_have_text(re.compile(r"[1-9]\d*"))
     double = page.locator("table.queues tr", has=page.get_by_role("cell", name="double", exact=True)).locator("td")
     expect(double.nth(4)).to_have_text(re.compile(r"[1-9]\d*"))  # consumers: the worker's
-    expect(double.nth(5)).to_have_text(re.compile(r"\d+"))  # being processed now, from the worker's metrics
-    expect(page.locator("table.queues thead")).to_contain_text("ConsumersProcessing")
-    rate = double.nth(7)
+    expect(double.nth(5)).to_have_text(re.compile(r"\d+"))  # unacknowledged, from the worker's heartbeats
+    expect(double.nth(6)).to_have_text(re.compile(r"\d+"))  # being processed now, from the worker's metrics
+    expect(page.locator("table.queues thead")).to_contain_text("ConsumersUnackedProcessing")
+    rate = double.nth(8)
     deadline = time.monotonic() + 30
     while not re.fullmatch(r"0*[1-9]\d*\.\d|0\.[1-9]", rate.text_content() or ""):
         assert time.monotonic() < deadline, f"no processing rate shown after 30 s: {rate.text_content()!r}"
         console.app.start(step(console.actors.double, 1)).wait(timeout_s=30)
     shoot("queues")
+    # A step running holds its delivery unacknowledged until it ends (the worker's heartbeats tell).
+    held = console.app.start(step(console.actors.slow, 3.0))
+    unacked = page.locator("table.queues tr", has=page.get_by_role("cell", name="slow", exact=True)).locator(
+        "[data-count=unacked]"
+    )
+    expect(unacked).to_have_text("1", timeout=10_000)
+    assert held.wait(timeout_s=30).state == "succeeded"
+    expect(unacked).to_have_text("0", timeout=10_000)
 
 
 def test_plain_messages_are_counted_on_the_queues_page_which_leads_to_their_dead_letters(

@@ -283,6 +283,14 @@ class ExchangeBroker(HookDispatch, QueueInspection, RabbitmqBroker):
             for queue in topology.consume_queues[actor.actor_name]
         }
 
+    def unacked(self) -> dict[str, int]:
+        """Per queue, the deliveries this process's consumers hold unacknowledged now (the heartbeat's)."""
+        held: dict[str, int] = {}
+        for consumer in self._running_consumers():
+            for queue, count in consumer.settlements.unacked().items():
+                held[queue] = held.get(queue, 0) + count
+        return held
+
     def _running_consumers(self) -> list[GroupConsumer]:
         with self._consumers_lock:
             return list(self._consumers)

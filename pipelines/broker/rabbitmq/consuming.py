@@ -157,8 +157,9 @@ class GroupConsumer(dramatiq.broker.Consumer):
         return dramatiq_error(ConnectionClosed, text)
 
     def _on_delivery(self, _channel: Any, method: Any, properties: Any, body: bytes) -> None:
-        self.settlements.delivered(method.delivery_tag)  # before anything can settle it
-        self._ready.append(Arrival(method, properties, body, self._queues_by_tag[method.consumer_tag], slot=False))
+        queue = self._queues_by_tag[method.consumer_tag]
+        self.settlements.delivered(method.delivery_tag, queue)  # before anything can settle it
+        self._ready.append(Arrival(method, properties, body, queue, slot=False))
 
     def _on_cancelled_by_broker(self, method: Any) -> None:
         """RabbitMQ's basic.cancel: a readers subscription is announced again on the next turn; an actor
@@ -178,7 +179,7 @@ class GroupConsumer(dramatiq.broker.Consumer):
             self.reader.read(self.channel, self._on_fetched)
 
     def _on_fetched(self, fetched: Fetched) -> None:
-        self.settlements.delivered(fetched.method.delivery_tag)
+        self.settlements.delivered(fetched.method.delivery_tag, fetched.queue)
         self._ready.append(Arrival(fetched.method, fetched.properties, fetched.body, fetched.queue, slot=True))
 
     def _stop_if_stopping(self) -> None:

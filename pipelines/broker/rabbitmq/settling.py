@@ -20,6 +20,7 @@ first, one by one).
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Any
 
@@ -40,12 +41,23 @@ class Settlements:
         self._queued: deque[tuple[int, bool | None]] = deque()
         """(delivery tag, None to ack | whether to requeue a nack)."""
         self._flush_scheduled = False
-        self._open: set[int] = set()
-        """Tags delivered and not settled yet (the consumer's thread only)."""
+        self._open: dict[int, str] = {}
+        """Tags delivered and not settled yet, each with its queue (the consumer's thread only)."""
+        self._held: dict[str, int] = {}
+        """How many of them each queue has: what the worker's heartbeat reads (see :meth:`unacked`)."""
+        self._held_lock = threading.Lock()
 
-    def delivered(self, tag: int) -> None:
-        """A delivery arrived (on the consumer's thread, before anything can settle it)."""
-        self._open.add(tag)
+    def delivered(self, tag: int, queue: str) -> None:
+        """A delivery from ``queue`` arrived (on the consumer's thread, before anything can settle it)."""
+        self._open[tag] = queue
+        with self._held_lock:
+            self._held[queue] = self._held.get(queue, 0) + 1
+
+    def unacked(self) -> dict[str, int]:
+        """Per queue, the deliveries not acknowledged or rejected yet (from any thread): prefetched and
+        waiting for a worker thread, running, or held; a settlement counts once it is sent."""
+        with self._held_lock:
+            return {queue: count for queue, count in self._held.items() if count}
 
     def ack(self, tag: int) -> None:
         """Acknowledge delivery ``tag`` soon (from any thread).
@@ -83,7 +95,10 @@ class Settlements:
                 acks.append(tag)
             else:
                 rejects.append((tag, requeue))
-            self._open.discard(tag)
+            queue = self._open.pop(tag, None)
+            if queue is not None:
+                with self._held_lock:
+                    self._held[queue] -= 1
         oldest_open = min(self._open, default=None)
         covered = [tag for tag in acks if oldest_open is None or tag < oldest_open]
         frames: list[tuple[str, int, bool]] = [("nack", tag, requeue) for tag, requeue in rejects]

@@ -47,7 +47,7 @@ def settlements(delivered: range) -> tuple[Settlements, Connection, Channel]:
     connection, channel = Connection(), Channel()
     made = Settlements(connection=connection, channel=channel)
     for tag in delivered:
-        made.delivered(tag)
+        made.delivered(tag, "q.a" if tag % 2 else "q.b")
     return made, connection, channel
 
 
@@ -88,8 +88,21 @@ def test_once_nothing_is_open_every_ack_is_covered() -> None:
     for tag in (3, 1, 2):
         made.ack(tag)
     connection.run()
-    made.delivered(4)
+    made.delivered(4, "q.b")
     made.ack(4)
     connection.run()
 
     assert channel.frames == [("ack", 3, True), ("ack", 4, False)]
+
+
+def test_the_deliveries_held_unacknowledged_are_counted_per_queue_until_their_settlement_is_sent() -> None:
+    made, connection, _ = settlements(range(1, 6))  # 1, 3, 5 from q.a; 2, 4 from q.b
+    assert made.unacked() == {"q.a": 3, "q.b": 2}
+
+    made.ack(1)
+    made.reject(2, requeue=True)
+    made.ack(4)
+    assert made.unacked() == {"q.a": 3, "q.b": 2}  # queued, not sent yet
+    connection.run()
+
+    assert made.unacked() == {"q.a": 2}

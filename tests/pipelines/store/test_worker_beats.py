@@ -48,3 +48,13 @@ def test_a_beat_past_its_keeping_is_dropped(store: RunStore) -> None:
         time.sleep(0.05)  # Redis expires the record on its own clock: nothing to wait on
 
     assert store.worker_beats() == []
+
+
+def test_a_beat_keeps_per_queue_the_deliveries_its_worker_holds_unacknowledged(store: RunStore) -> None:
+    now = int(time.time() * 1000)
+    holding = replace(beat_of(13, at_ms=now), unacked={"ns.shop.charge": 3, "ns.shop.ship.p1": 1})
+    store.beat(holding, keep_ms=60_000)
+    store.beat(beat_of(14, at_ms=now - 1), keep_ms=60_000)
+
+    assert store.worker_beats() == [holding, beat_of(14, at_ms=now - 1)]
+    assert [beat.unacked for beat in store.worker_beats()] == [{"ns.shop.charge": 3, "ns.shop.ship.p1": 1}, {}]
