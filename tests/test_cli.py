@@ -242,10 +242,11 @@ def test_workers_shows_each_worker_process_by_its_heartbeat(env: dict[str, str])
 
 
 def every_queue_read(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`pipelines queues` once the worker of ``env`` reads every actor queue (it may still be starting)."""
+    """`pipelines queues` once the worker of ``env`` has declared every queue and reads every actor queue
+    (it may still be starting: a queue not declared yet says ``missing``)."""
     deadline = time.monotonic() + TIMEOUT_S
     queues = pipelines(env, "queues")
-    while "no consumer" in queues.stdout and time.monotonic() < deadline:
+    while ("no consumer" in queues.stdout or re.search(r"\smissing\b", queues.stdout)) and time.monotonic() < deadline:
         queues = pipelines(env, "queues")
     return queues
 

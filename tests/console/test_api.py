@@ -116,7 +116,8 @@ def test_a_run_reads_back_with_its_shape_and_each_step_with_its_arguments_and_re
     assert branch["result_json"] == "4"
     assert http.get(f"/api/runs/{run.id}/steps/0.3").json()["result_json"] == "40"
     head = http.get(f"/api/runs/{run.id}/steps/0.0").json()
-    assert (head["arguments_from"], head["result_json"]) == (None, "2")
+    # A run built on the spot: its first step shows the arguments the run started it with.
+    assert (head["args"], head["arguments_from"], head["result_json"]) == ([1], "start", "2")
 
     assert http.get(f"/api/runs/{run.id}/steps/9.9").status_code == 404
     missing = http.get("/api/runs/no-such-run")
