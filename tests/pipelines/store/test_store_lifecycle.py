@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -203,9 +204,16 @@ def test_starts_trim_the_run_indexes_once_a_second_not_each_time(
         redis_store.create_runs([new_chord(1)])
         return [client.zscore(index, "expired-run") is None for index in indexes]
 
+    def trimmed_seconds_ago(seconds: float) -> None:
+        """Moves the last trim of each index ``seconds`` into the past (the index keeps it in monotonic time)."""
+        maintained = redis_store._index._maintained
+        redis_store._index._maintained = dict.fromkeys(maintained, time.monotonic() - seconds)
+
     first = start_with_an_expired_entry()
     second = start_with_an_expired_entry()
-    redis_store._index._maintained = dict.fromkeys(redis_store._index._maintained, -1.0)  # a second later
-    later = start_with_an_expired_entry()
+    trimmed_seconds_ago(0.5)
+    half_a_second_later = start_with_an_expired_entry()
+    trimmed_seconds_ago(1.0)
+    a_second_later = start_with_an_expired_entry()
 
-    assert (first, second, later) == ([True] * 3, [False] * 3, [True] * 3)
+    assert (first, second, half_a_second_later, a_second_later) == ([True] * 3, [False] * 3, [False] * 3, [True] * 3)
