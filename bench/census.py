@@ -41,13 +41,18 @@ def script_names() -> dict[str, str]:
 
 
 class Census:
-    """Counts script calls by script, and the commands inside them by script and command, while open."""
+    """Counts script calls by script, and the commands inside them by script and command, while open.
 
-    def __init__(self) -> None:
+    ``MONITOR`` ends once Redis has been silent for ``silence_s`` (a read that times out loses the
+    connection): more than the longest pause between the commands counted. Closing waits that long at most.
+    """
+
+    def __init__(self, silence_s: float = 0.5) -> None:
         self.names = script_names()
         self.calls: Counter[str] = Counter()
         self.inner: Counter[tuple[str, str]] = Counter()
-        self._client: Any = redis.Redis.from_url(REDIS_URL, socket_timeout=0.5)
+        self._client: Any = redis.Redis.from_url(REDIS_URL, socket_timeout=silence_s)
+        self._silence_s = silence_s
         self._db = self._client.connection_pool.connection_kwargs.get("db", 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen, daemon=True)
@@ -59,7 +64,7 @@ class Census:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=self._silence_s + 10)
         self._client.close()
 
     def settle(self, quiet_s: float = QUIET_S) -> None:

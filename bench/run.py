@@ -16,9 +16,10 @@ from typing import Any, cast
 
 import psutil
 
-from bench import broker_cost, cases, census, postgres, starts, tiers
+from bench import broker_cost, cases, census, postgres, renewals, starts, tiers
 from bench.common import PROCESSES, THREADS, otlp_sink, redis_client
 from bench.systems import BareDramatiq, Celery, Ours, RawPika, System, delete_other_systems_queues
+from pipelines.handling.holds import RENEWALS_PER_LEASE
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: Our system with every run traced (the others trace at the shipped sampling).
@@ -40,6 +41,8 @@ class Sizes:
     broker: int = 20_000
     starts: int = 4_000
     census: int = 100
+    held_steps: int = 1_000
+    held_renewals: int = 3
 
 
 QUICK = Sizes(2_000, 300, 100, 100, 10, 50, 100, 500, (1_000, 2_000), 500, 2_000, 400, 20)
@@ -267,6 +270,7 @@ CASES = (
     "chord",
     "fanout",
     "latency",
+    "renewals",
     "memory",
     "starts",
     "broker",
@@ -371,6 +375,14 @@ def main(argv: list[str] | None = None) -> int:
                     results,
                     "latency",
                 )
+            if "renewals" in wanted:
+                alternate(
+                    [ours],
+                    1,
+                    lambda s: renewals.renewals(ours, sizes.held_steps, sizes.held_renewals),
+                    results,
+                    "renewals",
+                )
             store_and_broker_cases(
                 wanted,
                 rounds=args.rounds,
@@ -464,6 +476,39 @@ def print_hooks(results: Results) -> None:
     print(f"  {'all hooks':<48} {total:8.1f}{shown_worker}")
 
 
+def print_renewals(results: Results) -> None:
+    """What renewing held steps' leases costs per step and renewal: round trips, Redis commands (the
+    script calls and the commands inside them) and the heartbeat thread's CPU; and per step held one lease."""
+    figures = {
+        metric.removesuffix("_per_step_renewal"): statistics.median(values)
+        for (case, _, metric), values in results.samples.items()
+        if case == "renewals"
+    }
+    if not figures:
+        return
+    lease_s = figures["lease_s"]
+    print(
+        f"\nlease renewal, per held step and renewal (rabbit-pipelines; {figures['steps_held']:,.0f} steps held in "
+        f"one process, {figures['renewals']:.0f} renewals of a {lease_s:g} s lease, {figures['lost']:.0f} lost)"
+    )
+    print(f"  {'round trips':<28} {figures['round_trips']:8.4f}  (one a renewal, for all the process holds)")
+    print(f"  {'Redis commands':<28} {figures['redis_commands']:8.2f}")
+    for script in sorted(m.removesuffix("_calls") for m in figures if m.endswith("_calls")):
+        inside = ", ".join(
+            f"{m.removeprefix(f'{script}_').upper()} {v:.2f}"
+            for m, v in figures.items()
+            if m.startswith(f"{script}_") and m != f"{script}_calls"
+        )
+        print(f"    {script:<26} {figures[f'{script}_calls']:8.2f} calls; inside: {inside}")
+    cpu = figures["heartbeat_cpu_us"]
+    print(f"  {'heartbeat thread CPU (us)':<28} {cpu:8.2f}")
+    print(
+        f"  a step held one lease ({lease_s:g} s) is renewed {RENEWALS_PER_LEASE} times: "
+        f"{figures['redis_commands'] * RENEWALS_PER_LEASE:.1f} Redis commands, {cpu * RENEWALS_PER_LEASE:.1f} us "
+        "of heartbeat CPU, no round trip of its own"
+    )
+
+
 def print_table(results: Results, extra: dict[str, Any], rounds: int, sizes: Sizes, elapsed: float) -> None:
     print(f"\n{'case':<12} {'system':<18} {'metric':<28} {'median':>12}  rounds")
     for (case, system, metric), values in results.samples.items():
@@ -479,6 +524,7 @@ def print_table(results: Results, extra: dict[str, Any], rounds: int, sizes: Siz
             label = f"{metric} x{growth:g}"
             print(f"{'scale':<12} {'slope':<18} {label:<28} {b[metric] / a[metric]:>12.2f}  (linear: {growth:g})")
     print_tiers(results)
+    print_renewals(results)
     print(f"\n{'target':<56} {'value':>8}  {'goal':<22} met")
     targets = report(results, rounds, sizes)
     for name, value, goal, ok in targets:

@@ -1,7 +1,8 @@
 """A worker that dies or freezes inside a step, with the shipped leases and time limits: the step runs
 again within the lease bound, nothing is lost, and an attempt that lost its step cannot end it.
 
-Figures (how long after the kill each step ran again) are printed; run with ``-s`` to see them.
+Each test prints a ``figures:`` line (how long after the SIGKILL each case ran again; how long after the
+SIGSTOP the other worker finished each run, and how many late ends were refused); run with ``-s``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,8 +19,9 @@ from pipelines import chain, chord, group, step
 from pipelines.config.sections import StoreConfig
 from tests.support.faults.fault_scenario import Fault, Workers
 
-#: What a killed worker's step waits for at most: the rest of its lease (``store.step_lease_s``, renewed
-#: each quarter of it while the worker lived), the delay tier the copy put off comes back in, and the
+#: What a killed worker's step waits for at most, counted from the SIGKILL: the rest of its lease
+#: (``store.step_lease_s``, renewed each quarter of it while the worker lived), then the delay tier the
+#: copy put off comes back in, or for a local step the lapse sweep's period (a quarter lease), and the
 #: start of the worker that takes it.
 SLACK_S = 10
 #: How long the steps that get killed take.
@@ -39,53 +42,90 @@ def executions(fault: Fault, kind: str, item: str) -> int:
     return fault.ledger.count(kind, "executions").get(item, 0)
 
 
-def kill_inside(fault: Fault, kind: str, items: list[str]) -> float:
-    """SIGKILL the worker once every one of ``items`` has started, and start another; when it died."""
-    fault.wait_until(lambda: all(executions(fault, kind, item) == 1 for item in items), f"{items} started")
-    fault.workers.kill()
+def applied(fault: Fault, item: str) -> int:
+    """How many attempts of the keyed message ``item`` reached its effect."""
+    return fault.ledger.count("slow", "applied").get(item, 0)
+
+
+def kill_inside(fault: Fault, started: dict[str, list[str]]) -> float:
+    """SIGKILL the worker once every item of ``started`` (items by actor kind) has started, and start
+    another; when the SIGKILL was sent."""
+    fault.wait_until(
+        lambda: all(executions(fault, kind, item) >= 1 for kind, items in started.items() for item in items),
+        f"{started} started",
+    )
     killed = time.monotonic()
+    fault.workers.kill()
     fault.workers.start()
     return killed
 
 
-def ran_again_after(fault: Fault, kind: str, items: list[str], killed: float) -> float:
-    """Seconds from the kill until every one of ``items`` had started again (within the bound)."""
-    fault.wait_until(
-        lambda: all(executions(fault, kind, item) == 2 for item in items),
-        f"{items} run again",
-        timeout_s=recovery_bound_s(fault),
-    )
-    return time.monotonic() - killed
+def started_again(fault: Fault, kind: str, items: list[str]) -> Callable[[], bool]:
+    """Whether every one of ``items`` has started a second time."""
+    return lambda: all(executions(fault, kind, item) >= 2 for item in items)
+
+
+def seconds_until(conditions: dict[str, Callable[[], bool]], since: float, timeout_s: float) -> dict[str, float]:
+    """Seconds from ``since`` until each condition first held (polled together, so each figure is its
+    own); a condition that did not hold within ``timeout_s`` of ``since`` is left out."""
+    took: dict[str, float] = {}
+    while len(took) < len(conditions) and time.monotonic() < since + timeout_s:
+        for case, holds in conditions.items():
+            if case not in took and holds():
+                took[case] = time.monotonic() - since
+        time.sleep(0.1)
+    return took
+
+
+def figures(took: dict[str, float], cases: list[str]) -> str:
+    return ", ".join(f"{case} {took[case]:.1f} s" if case in took else f"{case} not yet" for case in cases)
 
 
 def test_steps_and_a_keyed_message_whose_worker_is_killed_run_again_within_the_lease(shipped: Fault) -> None:
-    """A chain's step, a chord's members, a keyed message and a local step (run where the step before it
-    finished: nothing of it in RabbitMQ), all inside their actors when the worker dies."""
-    hold, gather = shipped.actors["hold"], shipped.actors["gather"]
+    """A chain's step, a chord's members, a keyed message (and a duplicate of it) and a local step (run
+    where the step before it finished: nothing of it in RabbitMQ), all inside their actors when the
+    worker dies. Each runs again within the bound, counted from the SIGKILL."""
+    hold, gather, slow = shipped.actors["hold"], shipped.actors["gather"], shipped.actors["slow"]
     members = ["m0", "m1", "m2"]
     chained = shipped.app.start(chain(step(hold, "first", STEP_S), step(hold, "second", 0.1)))
     chorded = shipped.app.start(chord(group([step(hold, m, STEP_S) for m in members]), then=step(gather, "c1")))
-    shipped.actors["slow"].send("k1", STEP_S)
+    slow.send("k1", STEP_S)
+    shipped.workers.env |= {"PIPELINES_LOGGING__LEVEL": "INFO"}  # to see the duplicate skipped
     shipped.workers.start()
     shipped.wait_until(
         lambda: executions(shipped, "slow", "k1") == 1 and all(executions(shipped, "hold", m) for m in members),
         "the delivered work started",
     )
+    # A duplicate, as a producer that retries a publish sends: it must wait for the key, then be skipped.
+    slow.send("k1", STEP_S)
     # Started once the worker holds the rest: its first step's thread runs its second, nothing waiting.
     local = shipped.app.start(chain(step(hold, "lead", 0.1), step(hold, "tail", STEP_S)))
 
-    killed = kill_inside(shipped, "hold", ["first", *members, "tail"])
-    steps_s = ran_again_after(shipped, "hold", ["first", *members], killed)
-    local_s = ran_again_after(shipped, "hold", ["tail"], killed)
-    keyed_s = ran_again_after(shipped, "slow", ["k1"], killed)
-    statuses = chained.wait(60), chorded.wait(60), local.wait(60)
-    shipped.wait_until(lambda: "k1" in shipped.ledger.count("slow", "effects"), "the keyed effect")
-
+    killed = kill_inside(shipped, {"hold": ["first", *members, "tail"], "slow": ["k1"]})
+    cases: dict[str, tuple[str, list[str]]] = {
+        "chain step": ("hold", ["first"]),
+        "chord member (last of 3)": ("hold", members),
+        "keyed message": ("slow", ["k1"]),
+        "local step": ("hold", ["tail"]),
+    }
+    bound_s = recovery_bound_s(shipped)
+    took = seconds_until(
+        {case: started_again(shipped, kind, items) for case, (kind, items) in cases.items()}, killed, bound_s
+    )
     lease_s = shipped.app.settings.store.step_lease_s
     print(
-        f"\nworker killed inside a chain step, three chord members, a keyed message and a local step (lease "
-        f"{lease_s:g} s): the delivered steps ran again after {steps_s:.1f} s, the keyed message after "
-        f"{keyed_s:.1f} s, the local step (published again by the lapse sweep) after {local_s:.1f} s"
+        f"\nfigures: ran again after the SIGKILL (lease {lease_s:g} s, bound {bound_s:g} s): "
+        f"{figures(took, list(cases))}"
+    )
+    assert {case: took.get(case, bound_s + 1) <= bound_s for case in cases} == dict.fromkeys(cases, True)
+
+    statuses = chained.wait(60), chorded.wait(60), local.wait(60)
+    shipped.wait_until(lambda: applied(shipped, "k1") >= 1, "the keyed effect")
+    shipped.wait_until(
+        lambda: (
+            "idempotency key 'slow:slow-k1' is done already" in shipped.log.read_text() or applied(shipped, "k1") > 1
+        ),
+        "the duplicate skipped",
     )
     assert [status.state for status in statuses] == ["succeeded"] * 3
     assert shipped.ledger.count("hold", "executions") == {
@@ -97,7 +137,12 @@ def test_steps_and_a_keyed_message_whose_worker_is_killed_run_again_within_the_l
     assert sorted(shipped.ledger.values("gather")["c1"].split(",")) == sorted(
         f"{m}@{shipped.ledger.values('hold')[m]}" for m in members
     )
-    assert shipped.ledger.count("slow", "effects") == {"k1": 1}
+    # Every attempt that reached the keyed effect is counted: the killed one did not, the duplicate was skipped.
+    assert {
+        "executions": shipped.ledger.count("slow", "executions"),
+        "applied": shipped.ledger.count("slow", "applied"),
+        "effect keys": shipped.ledger.keyed_effects("slow"),
+    } == {"executions": {"k1": 2}, "applied": {"k1": 1}, "effect keys": {"k1": 1}}
     assert shipped.app.dead_letters.list() == []
 
 
@@ -106,14 +151,19 @@ def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refuse
 ) -> None:
     """SIGSTOP past the lease, then SIGCONT: RabbitMQ gives the delivered step to the other worker once the
     frozen one misses its heartbeats, the lapse sweep publishes the local step (nothing of it is in
-    RabbitMQ) once its lease lapsed; the frozen one's ends, when they come, are not recorded."""
+    RabbitMQ) once its lease lapsed; the frozen one's ends, when they come, are not recorded.
+
+    A keyed message is not fenced: the frozen worker's attempt, resumed, reaches its effect after the
+    other's did (the at-least-once case); the effect keyed by ``current_effect_key()`` happens once."""
     hold = shipped.actors["hold"]
     # RabbitMQ notices a frozen worker by its missed AMQP heartbeats: short ones, so it does within the lease.
-    env = shipped.workers.env | {"PIPELINES_BROKER__HEARTBEAT_S": "3"}
+    heartbeat_s = 3
+    env = shipped.workers.env | {"PIPELINES_BROKER__HEARTBEAT_S": str(heartbeat_s)}
     frozen, other = Workers(env, shipped.log), Workers(env, tmp_path / "other.log")
     run = shipped.app.start(chain(step(hold, "frozen", STEP_S), step(hold, "after", 0.1)))
     shipped.actors["slow"].send("frozen-key", STEP_S)
     frozen.start()
+    lease_s = shipped.app.settings.store.step_lease_s
     try:
         shipped.wait_until(
             lambda: executions(shipped, "hold", "frozen") == 1 and executions(shipped, "slow", "frozen-key") == 1,
@@ -122,24 +172,49 @@ def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refuse
         local = shipped.app.start(chain(step(hold, "lead", 0.1), step(hold, "frozen-local", STEP_S)))
         shipped.wait_until(lambda: executions(shipped, "hold", "frozen-local") == 1, "the local step started")
         assert frozen.process is not None
+        stopped = time.monotonic()
         os.killpg(frozen.process.pid, signal.SIGSTOP)
         other.start()
-        lease_s = shipped.app.settings.store.step_lease_s
-        statuses = run.wait(lease_s + 60), local.wait(lease_s + 60)
-        shipped.wait_until(lambda: executions(shipped, "slow", "frozen-key") == 2, "the keyed message taken over")
+        cases = ["chain", "local chain", "keyed message"]
+        took = seconds_until(
+            {
+                "chain": lambda: run.status().is_final,
+                "local chain": lambda: local.status().is_final,
+                "keyed message": lambda: applied(shipped, "frozen-key") >= 1,  # the frozen one cannot, stopped
+            },
+            stopped,
+            lease_s + 60,
+        )
+        frozen_s = time.monotonic() - stopped
         os.killpg(frozen.process.pid, signal.SIGCONT)
         shipped.wait_until(
             lambda: shipped.log.read_text().count("claimed again after its lease lapsed here") >= 2, "refusals"
         )
+        shipped.wait_until(lambda: applied(shipped, "frozen-key") >= 2, "the frozen worker's keyed message ended")
     finally:
         if frozen.process is not None and frozen.process.poll() is None:
             os.killpg(frozen.process.pid, signal.SIGCONT)
         frozen.stop()
         other.stop()
 
+    refused = shipped.log.read_text().count("claimed again after its lease lapsed here")
+    print(
+        f"\nfigures: worker frozen (SIGSTOP) inside a chain step, a local step and a keyed message "
+        f"(lease {lease_s:g} s, AMQP heartbeat {heartbeat_s} s), finished by the other worker after: "
+        f"{figures(took, cases)}; resumed after {frozen_s:.1f} s; its late ends refused: {refused}; "
+        f"the keyed message's effect reached by {applied(shipped, 'frozen-key')} attempts, under "
+        f"{shipped.ledger.keyed_effects('slow').get('frozen-key', 0)} effect key(s)"
+    )
+    statuses = run.status(), local.status()
     taken_over_by = shipped.ledger.values("hold")
     assert [status.state for status in statuses] == ["succeeded", "succeeded"]
     assert shipped.app.store.step_result(run.id, "0.0") == f'"frozen@{taken_over_by["frozen"]}"'
     assert local.result(timeout_s=1) == f"frozen-local@{taken_over_by['frozen-local']}"
     assert shipped.ledger.count("hold", "executions") == {"frozen": 2, "after": 1, "lead": 1, "frozen-local": 2}
-    assert shipped.ledger.count("slow", "effects") == {"frozen-key": 1}
+    assert refused == 2
+    # Both attempts reached the effect: the one keyed by its effect key happened once.
+    assert {
+        "executions": shipped.ledger.count("slow", "executions"),
+        "applied": shipped.ledger.count("slow", "applied"),
+        "effect keys": shipped.ledger.keyed_effects("slow"),
+    } == {"executions": {"frozen-key": 2}, "applied": {"frozen-key": 2}, "effect keys": {"frozen-key": 1}}

@@ -13,7 +13,7 @@ from typing import Any
 import dramatiq
 import redis
 
-from pipelines import report_progress
+from pipelines import current_effect_key, report_progress
 
 #: Redis holding the ledger (not the run store's keys: its own prefix).
 LEDGER_URL = os.environ.get("FAULT_LEDGER_URL", "redis://127.0.0.1:6379/15")
@@ -34,6 +34,18 @@ class Ledger:
     def apply(self, kind: str, item: str, value: str = "1") -> None:
         """An idempotent effect: the first write per item wins (a unique key, as a careful actor does)."""
         self.redis.hsetnx(f"{self.prefix}:{kind}:effects", item, value)
+
+    def apply_keyed(self, kind: str, item: str) -> None:
+        """An effect keyed by ``current_effect_key()`` as the docs show (the first write per effect key wins),
+        with every attempt at it counted: two attempts show as 2 in ``applied``, two effect keys for one
+        item as 2 in ``keyed_effects``."""
+        self.redis.hincrby(f"{self.prefix}:{kind}:applied", item, 1)
+        self.redis.hsetnx(f"{self.prefix}:{kind}:keyed", current_effect_key(), item)
+
+    def keyed_effects(self, kind: str) -> dict[str, int]:
+        """How many effect keys each item's effect was written under (1: once, whatever ran twice)."""
+        items = [v.decode() for v in self.redis.hvals(f"{self.prefix}:{kind}:keyed")]
+        return {item: items.count(item) for item in set(items)}
 
     def append(self, kind: str, key: str, value: int) -> None:
         """An effect whose order matters: appended to the key's list."""
@@ -86,6 +98,7 @@ def declare(broker: Any, namespace: str) -> dict[str, dramatiq.Actor[Any, Any]]:
         ledger.executed("slow", item)
         time.sleep(seconds)
         ledger.apply("slow", item)
+        ledger.apply_keyed("slow", item)
 
     @dramatiq.actor(broker=broker, max_retries=5)
     def hold(tag: str, seconds: float, *received: Any) -> str:
