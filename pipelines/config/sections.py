@@ -65,7 +65,9 @@ class BrokerConfig(_Section):
     confirm_delivery: bool = True
     """Wait for RabbitMQ to confirm every publish, one wait per batch."""
     heartbeat_s: int = Field(default=30, ge=0, le=600)
-    """The AMQP heartbeat interval. 0 turns heartbeats off (not advised)."""
+    """The AMQP heartbeat interval. RabbitMQ gives a silent worker's deliveries back after two or three
+    missed intervals: with 30, a lost or frozen machine's steps run again after about 90 s. 0 turns
+    heartbeats off (not advised)."""
     connection_attempts: int = Field(default=3, ge=1, le=100)
     """Connection attempts before a connection error is reported."""
     retry_delay_s: float = Field(default=1.0, ge=0, le=60)
