@@ -7,7 +7,7 @@ import re
 
 from pipelines.cli.output import dumps
 from pipelines.cli.status import format_status, status_json
-from pipelines.console.first_steps import first_steps
+from pipelines.flow.first_steps import first_steps
 from pipelines.store.base import RunStatus, StepStatus
 
 CHORD_STARTS = {"0.1": '[{"node": "0.1"}]'}
@@ -95,7 +95,10 @@ def test_the_json_status_carries_the_result_as_a_value_and_the_shape() -> None:
 
 
 def test_a_run_built_on_the_spot_lists_its_first_steps_arguments_a_few_at_most_or_says_they_are_sealed() -> None:
-    leaves = [{"node": f"0.0.{i}", "actor": "member", "args": [i], "kwargs": {}, "options": {}} for i in range(10)]
+    leaves = [  # as the store keeps them (Leaf.to_json)
+        {"node": f"0.0.{i}", "actor": "member", "queue": "q", "args": [i], "kwargs": {}, "options": {}, "up": []}
+        for i in range(10)
+    ]
     kept = (json.dumps(leaves), '[[], {"day": "2026-01-01"}]')
 
     text = format_status(_chord(10), CHORD_STARTS, first_steps(kept))

@@ -12,7 +12,7 @@ from rich.text import Text
 from pipelines.cli.output import Output, seconds, state_text, when
 from pipelines.cli.status import outcome_line, status_json, status_tree
 from pipelines.cli.step_history import logs_json, logs_text
-from pipelines.console.first_steps import first_steps
+from pipelines.flow.first_steps import first_steps
 
 if TYPE_CHECKING:
     from pipelines.app import App

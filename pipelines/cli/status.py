@@ -18,8 +18,8 @@ from rich.tree import Tree
 from pipelines.cli.output import seconds, state_text
 from pipelines.cli.step_history import history_line, shows_history
 from pipelines.config.masking import mask_text
-from pipelines.console.first_steps import FirstStep, Sealed
 from pipelines.console.shape import ShapeNode, build_shape
+from pipelines.flow.first_steps import FirstStep, Sealed
 from pipelines.store.base import RunStatus, StepStatus
 
 #: A parallel node with more members than this shows that many (failed, retrying and running first).
@@ -104,7 +104,7 @@ FirstSteps = tuple[FirstStep, ...] | Sealed | None
 def status_tree(status: RunStatus, continuations: dict[str, str], first: FirstSteps = None) -> Tree:
     """The run as a tree, headed by its id, pipeline, state, duration, trace id and input: for a run built
     on the spot, the arguments its first steps were started with (``first``, as
-    :func:`~pipelines.console.first_steps.first_steps` reads them)."""
+    :func:`~pipelines.flow.first_steps.first_steps` reads them)."""
     header = Text(f"run {status.run_id}  {status.pipeline}  ")
     header.append_text(state_text(status.state))
     header.append(f"  {seconds(status.duration_s)}")

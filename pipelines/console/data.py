@@ -19,7 +19,6 @@ import orjson
 from pipelines import options as opt
 from pipelines.app import App
 from pipelines.config.masking import mask_text
-from pipelines.console.first_steps import first_steps
 from pipelines.console.overview import QueuesOverview
 from pipelines.console.shape import build_shape, is_parallel
 from pipelines.console.views import (
@@ -33,6 +32,7 @@ from pipelines.console.views import (
     StepView,
 )
 from pipelines.dead_letters.queues import DeadLetter
+from pipelines.flow.first_steps import first_steps
 from pipelines.runs import full_run_id
 from pipelines.store.base import RunSummary, StepStatus
 from pipelines.wire.naming import dead_letter_queue

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.console.charts import Chart
-from pipelines.console.first_steps import FirstStep, Sealed
 from pipelines.console.shape import ShapeNode
+from pipelines.flow.first_steps import FirstStep, Sealed
 from pipelines.store.base import WorkerBeat
 from pipelines.store.counts import ActorCounts
 from pipelines.store.step_history import AttemptLog, HistoryEntry

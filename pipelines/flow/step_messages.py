@@ -33,6 +33,14 @@ class StepInput:
     kwargs: Mapping[str, Any] | None = None
 
 
+def step_arguments(leaf: Leaf, given: StepInput) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments ``leaf``'s actor is called with: its bound ones, then what every step started with
+    it receives (``given``), unless it ignores that (``pipe_ignore``)."""
+    if leaf.options.get(opt.PIPE_IGNORE):
+        return tuple(leaf.args), dict(leaf.kwargs)
+    return (*leaf.args, *given.args), {**leaf.kwargs, **(given.kwargs or {})}
+
+
 def step_messages(
     leaves: Sequence[Leaf], *, run_id: str, pipeline: str, given: StepInput
 ) -> list[dramatiq.Message[Any]]:
@@ -66,12 +74,12 @@ def _message(leaves: list[Leaf], run_id: str, pipeline: str, given: StepInput) -
     shared_kwargs = dict(given.kwargs or {})
     if len(leaves) == 1:
         leaf = leaves[0]
-        ignore = leaf.options.get(opt.PIPE_IGNORE)
+        args, kwargs = step_arguments(leaf, given)
         return dramatiq.Message(
             queue_name=leaf.queue_name,
             actor_name=leaf.actor_name,
-            args=leaf.args if ignore else (*leaf.args, *given.args),
-            kwargs=dict(leaf.kwargs) if ignore else {**leaf.kwargs, **shared_kwargs},
+            args=args,
+            kwargs=kwargs,
             options={**_step_options(leaf, run_id), opt.PIPELINE: pipeline},
             message_id=new_message_id(),
         )
@@ -107,9 +115,7 @@ def _check_arguments(broker: PipelineBroker, leaves: Sequence[Leaf], given: Step
     """
     checked: set[tuple[str, int, frozenset[str]]] = set()
     for leaf in leaves:
-        ignore = leaf.options.get(opt.PIPE_IGNORE)
-        args = leaf.args if ignore else (*leaf.args, *given.args)
-        kwargs = dict(leaf.kwargs) if ignore else {**leaf.kwargs, **(given.kwargs or {})}
+        args, kwargs = step_arguments(leaf, given)
         shape = (leaf.actor_name, len(args), frozenset(kwargs))
         if shape in checked:
             continue

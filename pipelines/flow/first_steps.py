@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import orjson
 
-from pipelines import options as opt
+from pipelines.flow.step_messages import StepInput, step_arguments
+from pipelines.wire.steps import Leaf
 
 #: What a run whose first steps' arguments are sealed has of them.
 Sealed = Literal["sealed"]
@@ -37,10 +38,9 @@ def first_steps(kept: tuple[str, str] | None) -> tuple[FirstStep, ...] | Sealed 
     leaves, given = (orjson.loads(text) for text in kept)
     if isinstance(leaves, dict) or isinstance(given, dict):  # a sealed value: only a worker opens it
         return "sealed"
-    args, kwargs = given
-    return tuple(
-        FirstStep(leaf["node"], leaf["actor"], list(leaf["args"]), dict(leaf["kwargs"]))
-        if leaf.get("options", {}).get(opt.PIPE_IGNORE)  # as step_messages sends it: nothing of the start's
-        else FirstStep(leaf["node"], leaf["actor"], [*leaf["args"], *args], {**leaf["kwargs"], **kwargs})
-        for leaf in leaves
-    )
+    started_with = StepInput(tuple(given[0]), given[1])
+    steps = []
+    for leaf in (Leaf.from_json(data) for data in leaves):
+        args, kwargs = step_arguments(leaf, started_with)  # as its message carried them
+        steps.append(FirstStep(leaf.node, leaf.actor_name, list(args), kwargs))
+    return tuple(steps)
