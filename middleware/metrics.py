@@ -227,15 +227,15 @@ class Metrics(Middleware):
     # -- runs (the runtime calls these: see pipelines.flow.runtime.RunListener) ---------------------------
 
     def run_finished(self, pipeline: str, outcome: Literal["succeeded", "failed"], duration_s: float) -> None:
-        self._metric("runs").labels(pipeline, outcome).inc()
-        self._metric("run_duration").labels(pipeline).observe(duration_s)
+        self._child("runs", pipeline, outcome).inc()
+        self._child("run_duration", pipeline).observe(duration_s)
 
     def ticks_missed(self, job: str, count: int) -> None:
         """Scheduled ticks of ``job`` that never came (no scheduler ran); see ``middleware.schedules``."""
         self._metric("schedule_missed").labels(job).inc(count)
 
     def step_hopped(self, actor: str, *, local: bool) -> None:
-        self._metric("hops").labels(actor, "local" if local else "routed").inc()
+        self._child("hops", actor, "local" if local else "routed").inc()
 
     def step_lost(self, actor: str) -> None:
         self._metric("steps_lost").labels(actor).inc()

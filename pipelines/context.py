@@ -55,10 +55,18 @@ _message: ContextVar[MessageContext | None] = ContextVar("pipelines_message", de
 _correlation: ContextVar[str | None] = ContextVar("pipelines_correlation", default=None)
 
 
+_process_ids: dict[int, str] = {}
+"""``host:pid`` by pid: worked out once per process (a step's claim and completion each name it)."""
+
+
 def process_id() -> str:
-    """This process as a worker's heartbeat names it: ``host:pid`` (read at each call: a forked worker
-    process has a pid of its own)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process as a worker's heartbeat names it: ``host:pid`` (its pid read at each call: a forked
+    worker process has a pid of its own)."""
+    pid = os.getpid()
+    name = _process_ids.get(pid)
+    if name is None:
+        name = _process_ids[pid] = f"{socket.gethostname()}:{pid}"
+    return name
 
 
 def worker_id() -> str:

@@ -137,7 +137,8 @@ class Tally:
         minute = minute_of(int(time.time() * 1000) if at_ms is None else at_ms)
         with self._lock:
             actors = self._minutes.setdefault(minute, {})
-            actors[actor] = actors.get(actor, ActorCounts()) + counts
+            counted = actors.get(actor)
+            actors[actor] = counts if counted is None else counted + counts
 
     def processed(self, actor: str, took_s: float, *, failed: bool) -> None:
         """One message of ``actor`` ran ``took_s`` seconds and raised or not."""
