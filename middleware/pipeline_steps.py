@@ -47,7 +47,7 @@ from pipelines.handling.deferral import STORE_DOWN_RETRY_DELAY_MS, put_off, put_
 from pipelines.handling.holds import Hold, Holds
 from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.outcome import fail_message, outcome_of
-from pipelines.handling.proxy import WorkQueue, let_go
+from pipelines.handling.proxy import WorkQueue, drop_thread_warnings, let_go
 from pipelines.handling.recording import carry, record_within_lease
 from pipelines.middleware.max_age import MAX_AGE_EXCEEDED
 from pipelines.middleware.payloads import UNUSABLE_ARGUMENTS
@@ -64,11 +64,10 @@ BUSY_RECHECK_MS = 30_000
 _in_step: contextvars.ContextVar[bool] = contextvars.ContextVar("in_pipeline_step", default=False)
 
 
-class _StepResultWarning(logging.Filter):
-    """Drops Dramatiq's "returned a value ... discarded" warning for pipeline steps: their results are kept."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (_in_step.get() and "returned a value that is not None" in record.getMessage())
+def _step_result_warning(message: str) -> bool:
+    """Whether a worker thread's warning is Dramatiq's "returned a value ... discarded" of a pipeline step
+    (its result is kept: the warning would be wrong)."""
+    return _in_step.get() and "returned a value that is not None" in message
 
 
 class PipelineSteps(Middleware):
@@ -121,9 +120,7 @@ class PipelineSteps(Middleware):
                 work=WorkQueue(worker),
                 listeners=self.runtime.listeners,
             )
-        worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")
-        if not any(isinstance(f, _StepResultWarning) for f in worker_logger.filters):
-            worker_logger.addFilter(_StepResultWarning())
+        drop_thread_warnings(worker, _step_result_warning)
         chosen = worker.consumer_whitelist
         if chosen and DEADLINE_QUEUE not in chosen and DEADLINE_CHECK in broker.actors:
             logger.warning(

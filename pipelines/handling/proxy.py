@@ -13,8 +13,9 @@ message itself keeps its wire form for a retry or a dead letter.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from queue import Empty
 from typing import Any
 
@@ -45,7 +46,19 @@ def let_go(proxy: dramatiq.broker.MessageProxy) -> None:
 
 
 class DeliveredMessage(dramatiq.broker.MessageProxy):
-    """A delivery whose actor gets the arguments recorded in its outcome, when there are some."""
+    """A delivery whose actor gets the arguments recorded in its outcome, when there are some.
+
+    The message's fields every hook reads are attributes of its own: Dramatiq's proxy looks each read up
+    through ``__getattr__`` (some fifty a step). The message is never replaced, and its fields never
+    change (``options`` is the message's own dict, changed in place where it is)."""
+
+    def __init__(self, message: dramatiq.Message[Any]) -> None:
+        super().__init__(message)
+        self.options = message.options
+        self.actor_name = message.actor_name
+        self.queue_name = message.queue_name
+        self.message_id = message.message_id
+        self.message_timestamp = message.message_timestamp
 
     # Read-only on purpose: what the actor gets is recorded in the outcome, never set on the proxy.
     @property
@@ -82,11 +95,16 @@ class WorkQueue:
         return (time.monotonic_ns() - first._queued_time) / 1e9 if first is not None else 0.0
 
     def put_first(self, message: dramatiq.broker.MessageProxy) -> None:
-        """Hand ``message`` to the worker's next free thread, ahead of what waits (there is nothing when
-        local steps use it)."""
+        """Queue ``message`` ahead of what waits, for the thread that puts it: no other thread is woken, so
+        this one takes it as soon as it is done with the message it runs (a chain's local steps go on in
+        one thread, with no hand-over between threads). Should this thread be held up, an idle one finds
+        it at the end of its wait for work (Dramatiq's worker timeout, a second by default)."""
         from dramatiq.worker import _WorkQueueItem
 
-        self._worker.work_queue.put(_WorkQueueItem(FIRST, message))
+        queue = self._worker.work_queue
+        with queue.mutex:  # Queue.put without its notify
+            queue._put(_WorkQueueItem(FIRST, message))
+            queue.unfinished_tasks += 1
 
     def take_waiting(self) -> Iterator[dramatiq.broker.MessageProxy]:
         """Take what waits for a thread off the queue, one delivery at a time, until none is left (no
@@ -99,3 +117,33 @@ class WorkQueue:
                 return
             yield item.message
             queue.task_done()
+
+
+class _WorkerThreadLog:
+    """A worker thread's logger that drops the warnings ``dropped`` names before a record is made of them."""
+
+    def __init__(self, logger: logging.Logger, dropped: Callable[[str], bool]) -> None:
+        self._logger = logger
+        self._dropped = dropped
+        self.debug = logger.debug
+        self.info = logger.info
+        self.error = logger.error
+        self.exception = logger.exception
+        self.critical = logger.critical
+
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        if not self._dropped(msg):
+            self._logger.warning(msg, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+def drop_thread_warnings(worker: dramatiq.Worker, dropped: Callable[[str], bool]) -> None:
+    """Drop the warnings of ``worker``'s threads that ``dropped`` names (it gets their message), before
+    their records are made: a filter on the logger would drop them only after (Dramatiq's warning of a
+    result without a results backend comes with every pipeline step that returns a value)."""
+    for thread in worker.workers:
+        log = thread.logger
+        if not isinstance(log, _WorkerThreadLog):
+            thread.logger = _WorkerThreadLog(log, dropped)
