@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import dramatiq
 import orjson
-from opentelemetry import propagate
 
 from pipelines import options as opt
 from pipelines.broker.common import PipelineBroker
@@ -110,8 +109,16 @@ class LocalSteps:
             self._actors = (len(actors), names)
         return names
 
-    def start(self, message: dramatiq.broker.MessageProxy, address: StepAddress, advance: Advance) -> None:
-        """Run the step the store claimed for this worker next, in this process (``advance`` is ``local``)."""
+    def start(
+        self,
+        message: dramatiq.broker.MessageProxy,
+        address: StepAddress,
+        advance: Advance,
+        *,
+        trace: dict[str, str] | None = None,
+    ) -> None:
+        """Run the step the store claimed for this worker next, in this process (``advance`` is ``local``);
+        ``trace`` is the W3C trace context of the step that finished (its span is the next one's parent)."""
         assert advance.leaves_json is not None
         assert advance.value_json is not None
         assert advance.claim is not None
@@ -119,7 +126,7 @@ class LocalSteps:
         pipeline = str(message.options.get(opt.PIPELINE) or "adhoc")
         given = StepInput((decode_value(advance.value_json),))
         [next_message] = step_messages([leaf], run_id=address.run_id, pipeline=pipeline, given=given)
-        _carry_context(message, next_message, advance)
+        _carry_context(message, next_message, advance, trace or {})
         hold = self.holds.step(address.run_id, leaf.node, advance.claim)
         try:
             prepared = self.broker.prepare(next_message)
@@ -149,15 +156,17 @@ def _local(actor: dramatiq.Actor[Any, Any], consumed: frozenset[str]) -> bool:
 
 
 def _carry_context(
-    message: dramatiq.broker.MessageProxy, next_message: dramatiq.Message[Any], advance: Advance
+    message: dramatiq.broker.MessageProxy,
+    next_message: dramatiq.Message[Any],
+    advance: Advance,
+    carrier: dict[str, str],
 ) -> None:
     """What a publish would have stamped on the step: the correlation id, the trace context of the step
-    that finished (so the next step's span is its child in the run's one trace), a chord's member links."""
+    that finished (``carrier``: the next step's span is its child in the run's one trace), a chord's member
+    links."""
     correlation = message.options.get(opt.CORRELATION)
     if correlation is not None:
         next_message.options[opt.CORRELATION] = correlation
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
     if carrier:
         next_message.options[opt.TRACE] = carrier
     if advance.member_trace_parents:

@@ -14,7 +14,7 @@ from typing import Any
 
 import dramatiq
 import orjson
-from opentelemetry import propagate
+from opentelemetry import trace
 
 from pipelines import options as opt
 from pipelines.broker.common import PipelineBroker
@@ -34,6 +34,7 @@ from pipelines.payloads.sealing import SealedFor, encrypts
 from pipelines.store.base import Advance, Claim
 from pipelines.store.step_history import AttemptLog
 from pipelines.wire import option_values as wire_options
+from pipelines.wire import trace_context
 from pipelines.wire.codec import decode_value, encode_value
 from pipelines.wire.steps import Leaf, StepAddress
 
@@ -128,12 +129,13 @@ class Runtime(StartsInTransaction):
             ServiceUnavailable: The store (or the broker) did not answer.
             PublishError: What follows was not published (the result is recorded: do it again to re-drive).
         """
+        carried = trace_context.carrier(trace.get_current_span().get_span_context())
         advance = self.store.complete_step(
             address.run_id,
             address.node,
             address.up,
             value_json,
-            trace_parent=self._trace_parent(),
+            trace_parent=carried.get("traceparent", "") if self.tracer is not None else "",
             claim=claim,
             local=local.offer(message) if local is not None else None,
             local_after=message.after if isinstance(message, LocalDelivery) else None,
@@ -152,7 +154,7 @@ class Runtime(StartsInTransaction):
         self._follow(broker, message, address, advance)
         if advance.kind == "local":
             assert local is not None
-            local.start(message, address, advance)
+            local.start(message, address, advance, trace=carried)
         return advance
 
     def lost(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
@@ -166,13 +168,6 @@ class Runtime(StartsInTransaction):
         )
         for listener in self.listeners:
             listener.step_lost(message.actor_name)
-
-    def _trace_parent(self) -> str:
-        if self.tracer is None:
-            return ""
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier)
-        return carrier.get("traceparent", "")
 
     def redrive(self, broker: PipelineBroker, message: dramatiq.broker.MessageProxy, address: StepAddress) -> Advance:
         """Publish again what follows a step that already succeeded, if it never started."""
