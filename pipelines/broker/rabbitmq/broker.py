@@ -34,6 +34,7 @@ from pipelines.broker.rabbitmq.workers import RunningWorkers
 from pipelines.config.sections import BrokerConfig
 from pipelines.dead_letters.reasons import DeadLetterReason, RawDeadLetter
 from pipelines.errors import BrokerAccessRefused, BrokerUnavailable, DefinitionError
+from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.proxy import WorkQueue
 from pipelines.sending.outbound import Outbound
 from pipelines.store.roles import OnceMarks
@@ -143,6 +144,8 @@ class ExchangeBroker(HookDispatch, QueueInspection, RabbitmqBroker):
         for message in WorkQueue(worker).take_waiting():
             if isinstance(message, Delivery):
                 message.consumer.requeue([message])
+            elif isinstance(message, LocalDelivery):  # nothing of it is in RabbitMQ: published
+                message.hand_back(self)
 
     def _check_access(self) -> None:
         """A worker whose login RabbitMQ refuses stops at boot with the reason (the ``dramatiq`` CLI
