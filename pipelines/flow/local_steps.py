@@ -2,7 +2,7 @@
 
 When a worker finishes step N of a run and what follows is one step of an actor this worker process
 runs, the script that records N's result also claims N+1 for this worker, in the same call. N+1 then
-runs next in this process, through the same middleware as a delivered message: no publish, confirm,
+runs next in this thread, through the same middleware as a delivered message: no publish, confirm,
 delivery or ack for that hop, one store round trip per step. (Temporal's local activities are the model.)
 
 A hop still goes through RabbitMQ when what follows is a fan-out (one publish the exchange copies), an
