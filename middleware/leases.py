@@ -101,10 +101,13 @@ class Leases(Middleware):
         actor = broker.get_actor(message.actor_name)
         if actor.options.get(opt.PROFILE) != "long_running":
             if address is not None:
-                job = progress.Job(self.store, address.run_id, address.node)
                 hold = outcome_of(message).scratch.step_hold
-                if hold is not None:  # lost when another worker claims the step: its progress report stops it
-                    job.lost = hold.lost
+                job = (
+                    progress.Job(self.store, address.run_id, address.node)
+                    if hold is None
+                    # lost when another worker claims the step: its progress report stops it
+                    else progress.Job(self.store, address.run_id, address.node, lost=hold.lost)
+                )
                 self._enter(message, job)
             return
         lease_ms = int(float(actor.options[opt.LEASE]) * 1000)

@@ -24,6 +24,7 @@ from dramatiq.middleware import Middleware
 
 from pipelines.config.sections import MetricsConfig
 from pipelines.current import get_app
+from pipelines.handling.local_deliveries import LocalDelivery
 from pipelines.handling.outcome import outcome_of
 from pipelines.observability.instruments import instruments, zero_series
 from pipelines.observability.metrics_dir import (
@@ -177,7 +178,10 @@ class Metrics(Middleware):
 
     def _head_started(self, broker: dramatiq.Broker, message: dramatiq.broker.MessageProxy) -> None:
         """Note when the newest message started from its RabbitMQ queue was published: the messages still
-        waiting there are younger, which bounds the age of the oldest (see ``pipelines.observability.exposition``)."""
+        waiting there are younger, which bounds the age of the oldest (see ``pipelines.observability.exposition``).
+        A local step was never in a queue: it says nothing of what waits there."""
+        if isinstance(message, LocalDelivery):
+            return
         queue = outcome_of(message).queue
         if queue is None:
             topology = getattr(broker, "topology", None)

@@ -145,6 +145,33 @@ def test_hops_are_counted_by_actor_as_run_where_the_step_before_finished_or_publ
     assert value(registry, "pipelines_step_hops_total", actor="first", hop="local") == 0  # the first: no hop
 
 
+def test_a_local_step_leaves_its_queues_head_at_the_last_delivery_started_from_it(
+    counted: tuple[App, CollectorRegistry], start_worker: StartWorker
+) -> None:
+    """The oldest message's age is bounded by when the last delivery started from the queue was published:
+    a local step, made when the step before it ended, was never in its queue and must not move it."""
+    app, registry = counted
+
+    @dramatiq.actor(broker=app.broker)
+    def first_here(x: int) -> int:
+        return x
+
+    @dramatiq.actor(broker=app.broker)
+    def then_here(x: int) -> int:
+        return x
+
+    start_worker(app)
+    before = time.time()
+    run = app.start(chain(first_here, then_here), args=(1,))
+    published_by = time.time()
+    assert run.result(timeout_s=30) == 1
+    assert value(registry, "pipelines_step_hops_total", actor="then_here", hop="local") == 1
+    queues = app.broker.topology.actor_queues
+    first_head = value(registry, "pipelines_queue_head_published_timestamp_seconds", queue=queues["first_here"])
+    assert before - 0.001 <= first_head <= published_by + 0.001
+    assert value(registry, "pipelines_queue_head_published_timestamp_seconds", queue=queues["then_here"]) == 0
+
+
 def test_the_scheduler_serves_when_each_job_last_ticked_and_its_interval(make_app: MakeApp) -> None:
     port = free_port()
     app = make_app(metrics={"enabled": True, "multiprocess": False, "port": port})
