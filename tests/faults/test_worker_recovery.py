@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from pipelines.runs import Run
 from tests.faults.conftest import scenario
 from tests.support.faults.fault_scenario import Fault, Workers
 from tests.support.housekeeping import fresh_namespace
+from tests.support.overlap import in_background, start_with_the_first_test
 
 #: What a killed worker's step waits for at most, counted from the SIGKILL: the rest of its lease
 #: (``store.step_lease_s``, renewed each quarter of it while the worker lived), then the delay tier the
@@ -229,26 +230,19 @@ def frozen_worker(
     namespace = fresh_namespace()
     made = scenario(namespace, logs / "worker.log")
     assert_shipped_lease(made)
-    with ThreadPoolExecutor(1, thread_name_prefix="frozen-worker") as pool:
-        outcome = pool.submit(freeze_a_worker, made, logs / "other.log")
-        try:
+    try:
+        with in_background(freeze_a_worker, made, logs / "other.log") as outcome:
             yield outcome
-        finally:
-            outcome.exception()  # over (its waits are bounded) before its namespace goes
-            made.workers.stop()
-            made.ledger.clear()
-            made.app.close()
-            delete_namespace(namespace)
+    finally:
+        made.workers.stop()
+        made.ledger.clear()
+        made.app.close()
+        delete_namespace(namespace)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _frozen_worker_from_the_first_test(request: pytest.FixtureRequest) -> None:
-    """Starts the frozen worker's scenario with the module's first test, when a test that uses it is to run."""
-    if any(
-        getattr(item, "module", None) is request.module and "frozen_worker" in getattr(item, "fixturenames", ())
-        for item in request.session.items
-    ):
-        request.getfixturevalue("frozen_worker")
+    start_with_the_first_test(request, "frozen_worker")
 
 
 def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refused(
