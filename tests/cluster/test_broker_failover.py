@@ -26,10 +26,10 @@ from tests.support.backends import POSTGRES_URL
 from tests.support.cluster.failover_load import (
     Load,
     Producer,
+    discard_worker,
     execution_times,
     longest_pause,
     start_worker,
-    stop_worker,
     wait_for_runs,
 )
 from tests.support.cluster.local_rabbit import RabbitCluster, RabbitNode
@@ -142,14 +142,14 @@ class Scenario:
             try:
                 wait_for(lambda: sum(consumers_by_node(self.cluster, namespace, node).values()) > 0, "a consumer", 60)
             except TimeoutError:
-                stop_worker(worker)
+                discard_worker(worker)
                 raise AssertionError(f"the worker did not consume; its log:\n{self.tail()}") from None
             except BaseException:  # interrupted (Ctrl-C): no test owns this worker yet, so stop it here
-                stop_worker(worker)
+                discard_worker(worker)
                 raise
             if consumers_by_node(self.cluster, namespace, node)[node.name]:
                 return worker
-            stop_worker(worker)
+            discard_worker(worker)
             wait_for(lambda: not consumers_by_node(self.cluster, namespace, node), "its consumers to go", 30)
         raise AssertionError(f"no worker of {WORKER_STARTS} consumed on {node.name}")
 
@@ -211,7 +211,7 @@ class Scenario:
         return figures
 
     def close(self) -> None:
-        stop_worker(self.worker)
+        discard_worker(self.worker)
 
 
 # The first test also waits for the cluster to start.

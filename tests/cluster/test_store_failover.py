@@ -35,10 +35,10 @@ from tests.support.backends import AMQP_URL, POSTGRES_URL, TEST_DELAY_TIERS_S
 from tests.support.cluster.failover_load import (
     Load,
     Producer,
+    discard_worker,
     execution_times,
     longest_pause,
     start_worker,
-    stop_worker,
     wait_for_runs,
 )
 from tests.support.cluster.local_redis import LocalRedisCluster
@@ -166,7 +166,7 @@ def run_through_a_failover(
     finally:
         producer.done.wait(span_s + SETTLE_S)
         if worker is not None:
-            stop_worker(worker)
+            discard_worker(worker)
         assert isinstance(app.store, RedisRunStore)
         app.store.delete_namespace()  # the store's keys
         app.close()
