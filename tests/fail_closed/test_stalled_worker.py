@@ -113,10 +113,8 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
         # One row per step: an effect key that changed between two runs of a step would add a row.
         assert set(keyed) == {f"{run.id}:0.{index}" for run in runs for index in range(STEPS)}
     finally:
-        if worker is not None:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGCONT)  # a stopped worker cannot handle SIGTERM
-            stop_process(worker, timeout_s=60)
+        if worker is not None:  # done with: killed at once, stopped (SIGSTOP) or not
+            stop_process(worker, timeout_s=0)
         app.close()
         delete_namespace(namespace)
 
@@ -162,10 +160,8 @@ def freeze_mid_batch(delete_namespace: Callable[[str], None], log: Path) -> Froz
         _wait(partial(_keys_done, namespace), 120, log)
         return FrozenBatch(executions.counts(), log.read_text(errors="replace"))
     finally:
-        if worker is not None:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGCONT)
-            stop_process(worker, timeout_s=60)
+        if worker is not None:  # done with: killed at once, stopped (SIGSTOP) or not
+            stop_process(worker, timeout_s=0)
         app.close()
         executions.drop()
         delete_namespace(namespace)
