@@ -54,6 +54,11 @@ WORKER_STARTS = 12
 #: span's first third, with room for a restart twice as slow.
 KILL_AND_STOP_LOAD = Load(keyed=2000, chains=300, chords=50, width=20)
 KILL_AND_STOP_SPAN_S = 35.0
+#: The partition test's work (364 executions), published over 30 s. The cut comes a few seconds in (once
+#: 30 executions are recorded), the node stops serving about 11 s later (``net_ticktime`` 10 s), and
+#: the heal follows 30 more executions: about 15 to 20 s in, the rest of the load arriving after it.
+PARTITION_LOAD = Load(keyed=200, chains=40, chords=4, width=10)
+PARTITION_SPAN_S = 30.0
 
 
 @pytest.fixture
@@ -265,8 +270,8 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
 def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_it_heals(
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
 ) -> None:
-    load = Load(keyed=200, chains=40, chords=4, width=10)
-    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=40.0)
+    load = PARTITION_LOAD
+    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=PARTITION_SPAN_S)
     try:
         scenario.progressed(30)
         cut = rabbit_cluster.busiest_node()  # as for the kill: the node holding the most leaders now
