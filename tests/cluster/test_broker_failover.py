@@ -26,10 +26,10 @@ from tests.support.backends import POSTGRES_URL
 from tests.support.cluster.failover_load import (
     Load,
     Producer,
+    discard_worker,
     execution_times,
     longest_pause,
     start_worker,
-    stop_worker,
     wait_for_runs,
 )
 from tests.support.cluster.local_rabbit import RabbitCluster, RabbitNode
@@ -49,9 +49,16 @@ CLUSTER_S = 90.0
 #: Workers started at most to get one whose consumer is on the leaders' node (each has a third's chance).
 WORKER_STARTS = 12
 #: The kill-and-stop test's work: 2,000 keyed messages, 300 three-step chains, 50 chords of 20 (3,950
-#: executions), published over a minute: the kill, the restart and the stop land in its first half.
+#: executions), published over 25 s. The kill comes a few seconds in (once 100 executions are recorded),
+#: the node is back about 6 s later and the other node is stopped about 10 s in: all three land in the
+#: span's first half, and still inside it with a restart twice as slow.
 KILL_AND_STOP_LOAD = Load(keyed=2000, chains=300, chords=50, width=20)
-KILL_AND_STOP_SPAN_S = 60.0
+KILL_AND_STOP_SPAN_S = 25.0
+#: The partition test's work (364 executions), published over 30 s. The cut comes a few seconds in (once
+#: 30 executions are recorded), the node stops serving about 11 s later (``net_ticktime`` 10 s), and
+#: the heal follows 30 more executions: about 15 to 20 s in, the rest of the load arriving after it.
+PARTITION_LOAD = Load(keyed=200, chains=40, chords=4, width=10)
+PARTITION_SPAN_S = 30.0
 
 
 @pytest.fixture
@@ -140,14 +147,14 @@ class Scenario:
             try:
                 wait_for(lambda: sum(consumers_by_node(self.cluster, namespace, node).values()) > 0, "a consumer", 60)
             except TimeoutError:
-                stop_worker(worker)
+                discard_worker(worker)
                 raise AssertionError(f"the worker did not consume; its log:\n{self.tail()}") from None
             except BaseException:  # interrupted (Ctrl-C): no test owns this worker yet, so stop it here
-                stop_worker(worker)
+                discard_worker(worker)
                 raise
             if consumers_by_node(self.cluster, namespace, node)[node.name]:
                 return worker
-            stop_worker(worker)
+            discard_worker(worker)
             wait_for(lambda: not consumers_by_node(self.cluster, namespace, node), "its consumers to go", 30)
         raise AssertionError(f"no worker of {WORKER_STARTS} consumed on {node.name}")
 
@@ -209,7 +216,7 @@ class Scenario:
         return figures
 
     def close(self) -> None:
-        stop_worker(self.worker)
+        discard_worker(self.worker)
 
 
 # The first test also waits for the cluster to start.
@@ -263,8 +270,8 @@ def test_work_goes_on_when_the_leaders_node_is_killed_restarted_and_another_node
 def test_a_node_cut_off_from_the_others_stops_serving_and_nothing_is_lost_when_it_heals(
     rabbit_cluster: RabbitCluster, cluster_app: App, effects: Effects, tmp_path: Path
 ) -> None:
-    load = Load(keyed=200, chains=40, chords=4, width=10)
-    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=40.0)
+    load = PARTITION_LOAD
+    scenario = Scenario(rabbit_cluster, cluster_app, effects, tmp_path, load=load, span_s=PARTITION_SPAN_S)
     try:
         scenario.progressed(30)
         cut = rabbit_cluster.busiest_node()  # as for the kill: the node holding the most leaders now

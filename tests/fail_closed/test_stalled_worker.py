@@ -6,6 +6,9 @@ for a retry to apply its effect again. Steps whose lease lapsed during the stop 
 effect, keyed by ``current_effect_key()`` as the docs show (``INSERT ... ON CONFLICT (effect_key) DO
 NOTHING`` into a table whose primary key is the effect key), happens once: a key that changed between
 two runs of a step would show as a row more. Figures are printed (``-s``).
+
+The frozen batch runs in a thread of its own from the module's first test on (``tests/support/overlap.py``),
+in a namespace and with a worker of its own: its freeze overlaps the other test's stops.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -31,6 +36,7 @@ from pipelines.wire.naming import idempotency_record_key
 from tests.support.backends import POSTGRES_URL
 from tests.support.fail_closed.fail_closed_support import Effects
 from tests.support.housekeeping import fresh_namespace, start_process, stop_process
+from tests.support.overlap import in_background, start_with_the_first_test
 
 ROOT = Path(__file__).resolve().parents[2]
 AMQP_URL = os.environ.get("PIPELINES_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -107,10 +113,8 @@ def test_a_worker_stopped_longer_than_its_time_limit_applies_each_keyed_effect_o
         # One row per step: an effect key that changed between two runs of a step would add a row.
         assert set(keyed) == {f"{run.id}:0.{index}" for run in runs for index in range(STEPS)}
     finally:
-        if worker is not None:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGCONT)  # a stopped worker cannot handle SIGTERM
-            stop_process(worker, timeout_s=60)
+        if worker is not None:  # done with: killed at once, stopped (SIGSTOP) or not
+            stop_process(worker, timeout_s=0)
         app.close()
         delete_namespace(namespace)
 
@@ -120,13 +124,18 @@ FROZEN_S = 20  # longer than the time limit: every actor running when it froze i
 KEYED_MESSAGES = 64
 
 
-@pytest.mark.timeout(240)
-def test_a_worker_frozen_past_its_time_limit_runs_no_keyed_message_twice(
-    services: None, delete_namespace: Callable[[str], None], tmp_path: Path
-) -> None:
-    """Frozen mid-batch for 20 s with 8 s time limits, a worker wakes with every actor it was running past
-    its deadline. Those that finish as it wakes have applied their effect: interrupting them would fail
-    the attempt, release the key and run the body again. A freeze is not time an actor ran."""
+@dataclass
+class FrozenBatch:
+    """What the frozen batch came to: executions per key (rows of a table with no unique key), and the
+    worker's log."""
+
+    counts: dict[str, int]
+    log: str
+
+
+def freeze_mid_batch(delete_namespace: Callable[[str], None], log: Path) -> FrozenBatch:
+    """64 keyed messages on a worker of 8 threads whose time limits are 8 s, frozen 20 s mid-batch; what
+    the table and the log say once every key is recorded done."""
     executions = Effects(f"fc_{uuid.uuid4().hex[:12]}")
     namespace = fresh_namespace()
     env = _worker_env(
@@ -135,7 +144,6 @@ def test_a_worker_frozen_past_its_time_limit_runs_no_keyed_message_twice(
     app = build_app(
         Settings.from_values({"namespace": namespace, "broker": {"url": AMQP_URL}, "store": {"url": REDIS_URL}})
     )
-    log = tmp_path / "worker.log"
     worker: subprocess.Popen[bytes] | None = None
     try:
         charge = dramatiq.actor(
@@ -150,23 +158,46 @@ def test_a_worker_frozen_past_its_time_limit_runs_no_keyed_message_twice(
         os.killpg(worker.pid, signal.SIGCONT)
         # Every key recorded done: from then on a copy of any message is skipped, so the count is final.
         _wait(partial(_keys_done, namespace), 120, log)
-        counts = executions.counts()
-        print(
-            f"\nfigures: {KEYED_MESSAGES} keyed messages, 8 threads, frozen {FROZEN_S} s with {FROZEN_TIME_LIMIT_S} s "
-            f"time limits: executions {sum(counts.values())}, applied twice {sum(c > 1 for c in counts.values())}, "
-            f"time limits fired {log.read_text(errors='replace').count('Time limit exceeded')}"
-        )
-        assert set(counts) == {f"charge-{order_id}" for order_id in range(KEYED_MESSAGES)}
-        assert [key for key, count in counts.items() if count > 1] == []
-        assert "stood still" in log.read_text(errors="replace")
+        return FrozenBatch(executions.counts(), log.read_text(errors="replace"))
     finally:
-        if worker is not None:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGCONT)
-            stop_process(worker, timeout_s=60)
+        if worker is not None:  # done with: killed at once, stopped (SIGSTOP) or not
+            stop_process(worker, timeout_s=0)
         app.close()
         executions.drop()
         delete_namespace(namespace)
+
+
+@pytest.fixture(scope="module")
+def frozen_batch(
+    services: None, delete_namespace: Callable[[str], None], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Future[FrozenBatch]]:
+    """The frozen batch, started in a thread of its own (``tests/support/overlap.py``): its freeze
+    overlaps the other test's stops."""
+    log = tmp_path_factory.mktemp("frozen_batch") / "worker.log"
+    with in_background(freeze_mid_batch, delete_namespace, log) as outcome:
+        yield outcome
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_batch_from_the_first_test(request: pytest.FixtureRequest) -> None:
+    start_with_the_first_test(request, "frozen_batch")
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_frozen_past_its_time_limit_runs_no_keyed_message_twice(frozen_batch: Future[FrozenBatch]) -> None:
+    """Frozen mid-batch for 20 s with 8 s time limits, a worker wakes with every actor it was running past
+    its deadline. Those that finish as it wakes have applied their effect: interrupting them would fail
+    the attempt, release the key and run the body again. A freeze is not time an actor ran."""
+    batch = frozen_batch.result()
+    counts = batch.counts
+    print(
+        f"\nfigures: {KEYED_MESSAGES} keyed messages, 8 threads, frozen {FROZEN_S} s with {FROZEN_TIME_LIMIT_S} s "
+        f"time limits: executions {sum(counts.values())}, applied twice {sum(c > 1 for c in counts.values())}, "
+        f"time limits fired {batch.log.count('Time limit exceeded')}"
+    )
+    assert set(counts) == {f"charge-{order_id}" for order_id in range(KEYED_MESSAGES)}
+    assert [key for key, count in counts.items() if count > 1] == []
+    assert "stood still" in batch.log
 
 
 def _worker_env(namespace: str, table: str, **overrides: str) -> dict[str, str]:

@@ -5,8 +5,10 @@ at its size: an 8 s pause during 500 three-step chains (about 40 s), then every 
 A keyed actor (each message published twice) and two-step chains write every effect to a PostgreSQL
 table without a unique constraint. Whatever the store answers, no actor runs unguarded (a duplicate
 would show as a second row), no run is left running, and every effect happens once. Figures are
-printed (``-s``). The pauses stall the whole Redis for 5 s and 30 s: run on a private Redis in
-development; in CI the suite has the shared one to itself.
+printed (``-s``). The 8 s pause stalls the whole shared Redis: run on a private Redis in development;
+in CI the suite has the shared one to itself. The 5 s and 30 s pauses during a completion each stall a
+Redis server of their own, so both run in threads of their own from the module's first test on
+(``tests/support/overlap.py``) while the other tests run.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import hashlib
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -24,11 +29,16 @@ import pytest
 import redis
 
 from pipelines import chain, step
-from pipelines.app import App
+from pipelines.app import App, build_app
 from pipelines.errors import RunTimeout, StoreUnavailable
+from pipelines.testing import boot
+from tests.conftest import cleanup, settings_for
+from tests.support.backends import paired
 from tests.support.fail_closed.fail_closed_support import Effects, Ledger
 from tests.support.fail_closed.redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 from tests.support.fixtures import MakeApp, StartWorker
+from tests.support.overlap import in_background, start_with_the_first_test
+from tests.support.redis_servers import Server
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ORDERS = 10
@@ -52,9 +62,12 @@ def failing_claims() -> Iterator[ErrorProxy]:
         yield proxy
 
 
-def declare(app: App, effects: Effects, *, pause_ms: int = 0) -> dict[str, dramatiq.Actor[Any, Any]]:
+def declare(
+    app: App, effects: Effects, *, pause_ms: int = 0, pause_url: str = REDIS_URL
+) -> dict[str, dramatiq.Actor[Any, Any]]:
     """A keyed ``charge`` and a chain step ``book``; with ``pause_ms``, the first ``book`` to finish
-    pauses Redis (``CLIENT PAUSE ... ALL``) right after its effect, so its completion meets the stall."""
+    pauses the Redis at ``pause_url`` (``CLIENT PAUSE ... ALL``, the app's store) right after its effect,
+    so its completion meets the stall."""
     paused = threading.Event()
 
     @dramatiq.actor(broker=app.broker, idempotency_key=lambda order_id: f"charge-{order_id}", max_retries=3)
@@ -66,7 +79,7 @@ def declare(app: App, effects: Effects, *, pause_ms: int = 0) -> dict[str, drama
         effects.apply(f"book-{tag}-{value}")
         if pause_ms and not paused.is_set():
             paused.set()
-            redis.Redis.from_url(REDIS_URL).execute_command("CLIENT", "PAUSE", pause_ms, "ALL")  # type: ignore[no-untyped-call]
+            redis.Redis.from_url(pause_url).execute_command("CLIENT", "PAUSE", pause_ms, "ALL")  # type: ignore[no-untyped-call]
         return value + 1
 
     return {"charge": charge, "book": book}
@@ -128,19 +141,6 @@ def test_claims_that_meet_redis_error_replies_put_messages_off_and_no_effect_run
     print(f"\nfigures: claims meeting {sorted(set(failing_claims.injected))} x2 each: {figures}")
 
     assert sorted(set(failing_claims.injected)) == sorted(ERROR_REPLIES)
-    assert figures == {"runs": RUNS, "succeeded": RUNS, "stuck": 0, "lost": 0, "duplicated": 0, "dead-lettered": 0}
-
-
-@pytest.mark.parametrize("pause_ms", [5_000, 30_000], ids=["5s", "30s"])
-@pytest.mark.timeout(180)
-def test_a_completion_that_meets_a_stalled_redis_is_recorded_later_without_running_the_step_again(
-    make_app: MakeApp, start_worker: StartWorker, effects: Effects, pause_ms: int
-) -> None:
-    app = make_app(store={"step_lease_s": 8}, worker={"time_limit_s": 5})
-    actors = declare(app, effects, pause_ms=pause_ms)
-    figures = drive(app, actors, start_worker, effects, timeout_s=pause_ms / 1000 + 60)
-    print(f"\nfigures: CLIENT PAUSE {pause_ms} ms ALL during a completion: {figures}")
-
     assert figures == {"runs": RUNS, "succeeded": RUNS, "stuck": 0, "lost": 0, "duplicated": 0, "dead-lettered": 0}
 
 
@@ -305,3 +305,65 @@ def test_a_pause_during_500_three_step_chains_strands_loses_and_doubles_nothing_
     assert {key: figures[key] for key in settled} == settled
     assert figures["dead-lettered"] == 0
     assert {key: after[key] for key in settled} == settled  # a replay ran nothing a second time
+
+
+#: How long Redis stands still when the first step's completion comes (the step lease is 8 s).
+PAUSES_MS = (5_000, 30_000)
+
+
+def stall_a_completion(pause_ms: int, directory: Path) -> dict[str, Any]:
+    """Keyed messages and chains on a worker whose store is a Redis server of its own (in ``directory``),
+    paused for ``pause_ms`` when the first step finishes; what became of them."""
+    server = Server(directory)
+    effects = Effects(f"fc_{uuid.uuid4().hex[:12]}")
+    app = build_app(
+        settings_for(paired("rabbitmq"), store={"url": server.url, "step_lease_s": 8}, worker={"time_limit_s": 5})
+    )
+    workers: list[dramatiq.Worker] = []
+
+    def start_worker(app: App, *, threads: int = 4, queues: set[str] | None = None) -> dramatiq.Worker:
+        """As the ``start_worker`` fixture does."""
+        boot(app)
+        worker = dramatiq.Worker(app.broker, queues=queues, worker_threads=threads, worker_timeout=100)
+        worker.start()
+        workers.append(worker)
+        return worker
+
+    try:
+        actors = declare(app, effects, pause_ms=pause_ms, pause_url=server.url)
+        return drive(app, actors, start_worker, effects, timeout_s=pause_ms / 1000 + 60)
+    finally:
+        for worker in workers:
+            worker.stop()
+        cleanup(app)
+        effects.drop()
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def stalled_completions(
+    services: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[int, Future[dict[str, Any]]]]:
+    """Each pause's case, started in a thread of its own; what became of its work, by pause."""
+    directory = tmp_path_factory.mktemp("stalled_completions")
+    with (
+        in_background(stall_a_completion, PAUSES_MS[0], directory / "short") as short,
+        in_background(stall_a_completion, PAUSES_MS[1], directory / "long") as long,
+    ):
+        yield {PAUSES_MS[0]: short, PAUSES_MS[1]: long}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stalled_completions_from_the_first_test(request: pytest.FixtureRequest) -> None:
+    start_with_the_first_test(request, "stalled_completions")
+
+
+@pytest.mark.parametrize("pause_ms", PAUSES_MS, ids=["5s", "30s"])
+@pytest.mark.timeout(180)
+def test_a_completion_that_meets_a_stalled_redis_is_recorded_later_without_running_the_step_again(
+    stalled_completions: dict[int, Future[dict[str, Any]]], pause_ms: int
+) -> None:
+    figures = stalled_completions[pause_ms].result()
+    print(f"\nfigures: CLIENT PAUSE {pause_ms} ms ALL during a completion: {figures}")
+
+    assert figures == {"runs": RUNS, "succeeded": RUNS, "stuck": 0, "lost": 0, "duplicated": 0, "dead-lettered": 0}

@@ -4,7 +4,7 @@ The node is the test's own (``own_rabbit``): consumer timeout CONSUMER_TIMEOUT_S
 A delivery a worker held unacknowledged behind a busy thread for longer would have its channel closed
 by the node and come back, and the copy held would run as well.
 
-The sizes are kept small for the suite (about 45 s for the backlog, 15 s for the shutdown, 30 s for the
+The sizes are kept small for the suite (about 20 s for the backlog, 15 s for the shutdown, 30 s for the
 node's boot); the environment sets others, for a run by hand at full size (a 10 s timeout, 20 s jobs: about 4 min):
 
     BACKLOG_CONSUMER_TIMEOUT_S=10 BACKLOG_JOB_S=20 BACKLOG_JOBS=6 \
@@ -12,7 +12,8 @@ node's boot); the environment sets others, for a run by hand at full size (a 10 
 
 - ``BACKLOG_CONSUMER_TIMEOUT_S``: the node's ``consumer_timeout`` and ``broker.consumer_timeout_s`` (4).
 - ``BACKLOG_JOB_S``: how long each job runs, longer than the timeout and its check (6).
-- ``BACKLOG_JOBS``: jobs sent as plain messages, and as many sent as runs (6).
+- ``BACKLOG_JOBS``: jobs sent as plain messages, and as many sent as runs (3: six jobs for two threads,
+  so four wait behind a running job, the last two behind two, 12 s, three times the timeout).
 
 Each test prints its figures (``-s`` shows them): starts per job, channels the node closed for a late
 acknowledgement (its log), consumer errors and lost leases (the workers' log), and the queue's
@@ -49,7 +50,7 @@ REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/1
 CONSUMER_TIMEOUT_S = int(os.environ.get("BACKLOG_CONSUMER_TIMEOUT_S", "4"))
 #: Longer than the consumer timeout and its check: a delivery held behind a job would time out.
 JOB_S = float(os.environ.get("BACKLOG_JOB_S", "6"))
-JOBS = int(os.environ.get("BACKLOG_JOBS", "6"))
+JOBS = int(os.environ.get("BACKLOG_JOBS", "3"))
 #: Two worker processes of one thread each run the 2 * JOBS jobs in about JOBS * JOB_S.
 SETTLE_TIMEOUT_S = 150 + 3 * JOBS * JOB_S
 #: What the node logs when it closes a channel for a delivery left unacknowledged too long.
@@ -146,8 +147,8 @@ class Backlog:
         }
 
     def close(self) -> None:
-        for process in self.workers:
-            stop_process(process, timeout_s=60)
+        for process in self.workers:  # the test is over: nothing waits for their graceful stop
+            stop_process(process, timeout_s=0)
         for key in self.ledger.scan_iter(match=f"{self.namespace}:*"):
             self.ledger.delete(key)
         broker = self.app.broker

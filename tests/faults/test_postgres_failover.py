@@ -3,6 +3,10 @@ test's own, both named in store.url): no run the producer saw created is lost, a
 
 Figures (how long after the kill steps ran again and every run had succeeded, the store calls that failed,
 the bodies run twice) are printed; run with ``-s`` to see them.
+
+The two cases run side by side, each on a pair of its own with a namespace and a worker of its own, in
+threads of their own from the first case on (``tests/support/overlap.py``): their waits (for the
+promotion, for leases to lapse) overlap.
 """
 
 from __future__ import annotations
@@ -10,17 +14,25 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipelines import Run, chain, step
+from pipelines import Run, RunStatus, chain, step
 from pipelines.app import App
 from pipelines.errors import StoreUnavailable
 from pipelines.store.postgres import PostgresRunStore
+from tests.faults.conftest import scenario
+from tests.support.backends import schema_of
 from tests.support.faults.fault_scenario import Fault
 from tests.support.faults.postgres_faults import Aftermath, assert_nothing_lost, settle
-from tests.support.own_postgres import OwnReplicatedPostgres
+from tests.support.housekeeping import fresh_namespace
+from tests.support.overlap import in_background, start_with_the_first_test
+from tests.support.own_postgres import OwnReplicatedPostgres, missing_binaries
 
 CHAINS = 200
 STEPS = 3 * CHAINS
@@ -81,48 +93,133 @@ def fault_store(fault: Fault) -> PostgresRunStore:
     )
 
 
+@dataclass
+class FailedOver:
+    """A failover's scenario (kept until the module's tests are over) and what the test saw of it."""
+
+    fault: Fault
+    pair: OwnReplicatedPostgres
+    seen: int
+    before: int
+    runs: list[tuple[str, Run[int]]]
+    statuses: list[RunStatus]
+    test_calls_failed: int
+    producer_failed: int
+    promoted_s: float
+    resumed_s: float
+    settled_s: float
+
+
+def close(fault: Fault | None, pair: OwnReplicatedPostgres, delete_namespace: Callable[[str], None]) -> None:
+    """What the ``on_replicated_postgres`` and ``own_replicated_postgres`` fixtures do after a test."""
+    try:
+        if fault is not None:
+            fault.workers.discard()
+            fault.ledger.clear()
+            fault.app.close()
+            delete_namespace(fault.app.settings.namespace)
+    finally:
+        pair.close()
+
+
+def fail_over(down_s: float, log: Path, delete_namespace: Callable[[str], None]) -> FailedOver:
+    """The load on a primary and its synchronous standby of their own (made and started here), the
+    primary killed mid-load and the standby promoted ``down_s`` later; the scenario, still running."""
+    problem = missing_binaries()
+    if problem is not None:
+        pytest.fail(f"This test starts PostgreSQL of its own, and {problem}.", pytrace=False)
+    pair = OwnReplicatedPostgres()
+    fault: Fault | None = None
+    try:
+        pair.start()
+        namespace = fresh_namespace()
+        fault = scenario(namespace, log, store={"url": pair.url(), "postgres_schema": schema_of(namespace)})
+        schema = fault.app.settings.store.postgres_schema
+        fault.workers.env["FAULT_WORK_S"] = str(WORK_S)
+        fault.workers.start(threads=THREADS)
+        producer = Producer(fault.app, fault.actors["chain_step"], time.monotonic() + SETTLE_S)
+        producer.start()
+
+        def started() -> set[str]:
+            return set(fault.ledger.count("chain", "executions"))
+
+        fault.wait_count(lambda: len(fault.ledger.count("chain", "effects")), STEPS // 3, "a third of the steps done")
+        seen = [run.id for _, run in producer.started]  # every start that returned: the producer saw these runs
+        before = started()
+        pair.primary.kill()
+        killed = time.monotonic()
+        producer.pace_s = 0.0
+        if down_s:  # a call meanwhile is told that only a standby answers, not that nothing does
+            with pytest.raises(StoreUnavailable, match="has no server that takes writes"):
+                fault_store(fault).ping()
+        time.sleep(max(down_s - (time.monotonic() - killed), 0))  # no primary meanwhile: there is nothing to wait for
+        pair.promote()
+        promoted_s = time.monotonic() - killed
+        # Synchronous replication: a commit was answered once the standby had it, so no run the producer saw is lost.
+        found = pair.standby.sql(f'SELECT run_id FROM "{schema}".runs WHERE run_id = ANY(%s)', seen)
+        assert {run_id for (run_id,) in found} == set(seen)
+        fault.wait_until(lambda: started() - before, "a step started after the failover", timeout_s=SETTLE_S)
+        resumed_s = time.monotonic() - killed
+        runs = producer.runs()
+        statuses, test_calls_failed = settle([run for _, run in runs], killed + SETTLE_S)
+        settled_s = time.monotonic() - killed
+    except BaseException:
+        close(fault, pair, delete_namespace)
+        raise
+    return FailedOver(
+        fault,
+        pair,
+        len(seen),
+        len(before),
+        runs,
+        statuses,
+        test_calls_failed,
+        producer.failed,
+        promoted_s,
+        resumed_s,
+        settled_s,
+    )
+
+
+@pytest.fixture(scope="module")
+def failovers(
+    services: None, delete_namespace: Callable[[str], None], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[float, Future[FailedOver]]]:
+    """Both cases, started side by side in threads of their own (``tests/support/overlap.py``); each
+    scenario is closed once the module's tests are over."""
+    logs = tmp_path_factory.mktemp("failovers")
+    with (
+        in_background(fail_over, 0.0, logs / "at-once.log", delete_namespace) as at_once,
+        in_background(fail_over, DOWN_S, logs / "later.log", delete_namespace) as later,
+    ):
+        try:
+            yield {0.0: at_once, DOWN_S: later}
+        finally:
+            for outcome in (at_once, later):
+                if outcome.exception() is None:
+                    failed_over = outcome.result()
+                    close(failed_over.fault, failed_over.pair, delete_namespace)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _failovers_from_the_first_test(request: pytest.FixtureRequest) -> None:
+    start_with_the_first_test(request, "failovers")
+
+
 @pytest.mark.parametrize("down_s", [0.0, DOWN_S], ids=["promoted-at-once", "promoted-later"])
 def test_a_primary_killed_mid_load_loses_no_run_once_its_synchronous_standby_is_promoted_and_every_run_succeeds(
-    on_replicated_postgres: Fault, own_replicated_postgres: OwnReplicatedPostgres, down_s: float
+    failovers: dict[float, Future[FailedOver]], down_s: float
 ) -> None:
-    fault, pair = on_replicated_postgres, own_replicated_postgres
-    schema = fault.app.settings.store.postgres_schema
-    fault.workers.env["FAULT_WORK_S"] = str(WORK_S)
-    fault.workers.start(threads=THREADS)
-    producer = Producer(fault.app, fault.actors["chain_step"], time.monotonic() + SETTLE_S)
-    producer.start()
-
-    def started() -> set[str]:
-        return set(fault.ledger.count("chain", "executions"))
-
-    fault.wait_count(lambda: len(fault.ledger.count("chain", "effects")), STEPS // 3, "a third of the steps done")
-    seen = [run.id for _, run in producer.started]  # every start that returned: the producer saw these runs created
-    before = started()
-    pair.primary.kill()
-    killed = time.monotonic()
-    producer.pace_s = 0.0
-    if down_s:  # a call meanwhile is told that only a standby answers, not that nothing does
-        with pytest.raises(StoreUnavailable, match="has no server that takes writes"):
-            fault_store(fault).ping()
-    time.sleep(max(down_s - (time.monotonic() - killed), 0))  # no primary meanwhile: there is nothing to wait for
-    pair.promote()
-    promoted_s = time.monotonic() - killed
-    # Synchronous replication: a commit was answered once the standby had it, so no run the producer saw is lost.
-    found = pair.standby.sql(f'SELECT run_id FROM "{schema}".runs WHERE run_id = ANY(%s)', seen)
-    assert {run_id for (run_id,) in found} == set(seen)
-    fault.wait_until(lambda: started() - before, "a step started after the failover", timeout_s=SETTLE_S)
-    resumed_s = time.monotonic() - killed
-    runs = producer.runs()
-    statuses, test_calls_failed = settle([run for _, run in runs], killed + SETTLE_S)
-    settled_s = time.monotonic() - killed
-
+    outcome = failovers[down_s].result()
+    fault, runs = outcome.fault, outcome.runs
     after = Aftermath.of(fault)
     print(
-        f"\nPrimary killed after {len(before)}/{STEPS} steps had started and {len(seen)}/{CHAINS} runs were created "
-        f"(all {len(seen)} found on the standby); standby promoted {promoted_s:.1f} s after the kill; steps started "
-        f"again {resumed_s:.1f} s after the kill, every run had succeeded {settled_s:.1f} s after; store calls "
-        f"failed: {after.calls_failed} in the worker ({after.lost} on a lost connection, and {after.idle_replaced} "
-        f"idle lost ones replaced before use), {test_calls_failed} of the test's waits, {producer.failed} of the "
-        f"producer's starts; step bodies run again: {after.re_executed}"
+        f"\nPrimary killed after {outcome.before}/{STEPS} steps had started and {outcome.seen}/{CHAINS} runs were "
+        f"created (all {outcome.seen} found on the standby); standby promoted {outcome.promoted_s:.1f} s after the "
+        f"kill; steps started again {outcome.resumed_s:.1f} s after the kill, every run had succeeded "
+        f"{outcome.settled_s:.1f} s after; store calls failed: {after.calls_failed} in the worker ({after.lost} on a "
+        f"lost connection, and {after.idle_replaced} idle lost ones replaced before use), "
+        f"{outcome.test_calls_failed} of the test's waits, {outcome.producer_failed} of the producer's starts; step "
+        f"bodies run again: {after.re_executed}"
     )
-    assert_nothing_lost(fault, statuses, [tag for tag, _ in runs], after)
+    assert_nothing_lost(fault, outcome.statuses, [tag for tag, _ in runs], after)

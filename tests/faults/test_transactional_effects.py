@@ -42,7 +42,7 @@ def pg_fault(services: None, delete_namespace: Callable[[str], None], tmp_path: 
     create_table(POSTGRES_URL, table)
     made.workers.env[TABLE_VARIABLE] = table
     yield made
-    made.workers.stop()
+    made.workers.discard()
     made.ledger.clear()
     drop_table(POSTGRES_URL, table)
     assert isinstance(made.app.store, PostgresRunStore)

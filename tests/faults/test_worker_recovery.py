@@ -3,6 +3,10 @@ again within the lease bound, nothing is lost, and an attempt that lost its step
 
 Each test prints a ``figures:`` line (how long after the SIGKILL each case ran again; how long after the
 SIGSTOP the other worker finished each run, and how many late ends were refused); run with ``-s``.
+
+Each test waits out the shipped lease once. The frozen worker's scenario runs in a thread of its own,
+from the module's first test on, in a namespace of its own with workers of its own: its wait overlaps
+the killed worker's, and its test checks what it saw.
 """
 
 from __future__ import annotations
@@ -10,14 +14,21 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipelines import chain, chord, group, step
 from pipelines.config.sections import StoreConfig
+from pipelines.runs import Run
+from tests.faults.conftest import scenario
 from tests.support.faults.fault_scenario import Fault, Workers
+from tests.support.housekeeping import fresh_namespace
+from tests.support.overlap import in_background, start_with_the_first_test
 
 #: What a killed worker's step waits for at most, counted from the SIGKILL: the rest of its lease
 #: (``store.step_lease_s``, renewed each quarter of it while the worker lived), then the delay tier the
@@ -28,10 +39,9 @@ SLACK_S = 10
 STEP_S = 4.0
 
 
-@pytest.fixture(autouse=True)
-def _shipped_lease(shipped: Fault) -> None:
+def assert_shipped_lease(fault: Fault) -> None:
     """These tests are about the shipped lease: none may shorten it."""
-    assert shipped.app.settings.store.step_lease_s == StoreConfig().step_lease_s
+    assert fault.app.settings.store.step_lease_s == StoreConfig().step_lease_s
 
 
 def recovery_bound_s(fault: Fault) -> float:
@@ -85,6 +95,7 @@ def test_steps_and_a_keyed_message_whose_worker_is_killed_run_again_within_the_l
     """A chain's step, a chord's members, a keyed message (and a duplicate of it) and a local step (run
     where the step before it finished: nothing of it in RabbitMQ), all inside their actors when the
     worker dies. Each runs again within the bound, counted from the SIGKILL."""
+    assert_shipped_lease(shipped)
     hold, gather, slow = shipped.actors["hold"], shipped.actors["gather"], shipped.actors["slow"]
     members = ["m0", "m1", "m2"]
     chained = shipped.app.start(chain(step(hold, "first", STEP_S), step(hold, "second", 0.1)))
@@ -146,20 +157,31 @@ def test_steps_and_a_keyed_message_whose_worker_is_killed_run_again_within_the_l
     assert shipped.app.dead_letters.list() == []
 
 
-def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refused(
-    shipped: Fault, tmp_path: Path
-) -> None:
-    """SIGSTOP past the lease, then SIGCONT: RabbitMQ gives the delivered step to the other worker once the
-    frozen one misses its heartbeats, the lapse sweep publishes the local step (nothing of it is in
-    RabbitMQ) once its lease lapsed; the frozen one's ends, when they come, are not recorded.
+#: RabbitMQ notices a frozen worker by its missed AMQP heartbeats: short ones, so it does within the lease.
+FROZEN_HEARTBEAT_S = 3
 
-    A keyed message is not fenced: the frozen worker's attempt, resumed, reaches its effect after the
-    other's did (the at-least-once case); the effect keyed by ``current_effect_key()`` happens once."""
+
+@dataclass
+class Frozen:
+    """What the frozen worker's scenario did: its runs, how long after the SIGSTOP each case was finished
+    by the other worker, how long the worker stood frozen."""
+
+    fault: Fault
+    run: Run[Any]
+    local: Run[Any]
+    took: dict[str, float]
+    frozen_s: float
+
+
+FROZEN_CASES = ["chain", "local chain", "keyed message"]
+
+
+def freeze_a_worker(shipped: Fault, other_log: Path) -> Frozen:
+    """SIGSTOP a worker inside a chain step, a local step and a keyed message, past the lease, with
+    another worker running; then SIGCONT, and wait for its late ends to come."""
     hold = shipped.actors["hold"]
-    # RabbitMQ notices a frozen worker by its missed AMQP heartbeats: short ones, so it does within the lease.
-    heartbeat_s = 3
-    env = shipped.workers.env | {"PIPELINES_BROKER__HEARTBEAT_S": str(heartbeat_s)}
-    frozen, other = Workers(env, shipped.log), Workers(env, tmp_path / "other.log")
+    env = shipped.workers.env | {"PIPELINES_BROKER__HEARTBEAT_S": str(FROZEN_HEARTBEAT_S)}
+    frozen, other = Workers(env, shipped.log), Workers(env, other_log)
     run = shipped.app.start(chain(step(hold, "frozen", STEP_S), step(hold, "after", 0.1)))
     shipped.actors["slow"].send("frozen-key", STEP_S)
     frozen.start()
@@ -175,7 +197,6 @@ def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refuse
         stopped = time.monotonic()
         os.killpg(frozen.process.pid, signal.SIGSTOP)
         other.start()
-        cases = ["chain", "local chain", "keyed message"]
         took = seconds_until(
             {
                 "chain": lambda: run.status().is_final,
@@ -196,13 +217,52 @@ def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refuse
             os.killpg(frozen.process.pid, signal.SIGCONT)
         frozen.stop()
         other.stop()
+    return Frozen(shipped, run, local, took, frozen_s)
 
+
+@pytest.fixture(scope="module")
+def frozen_worker(
+    services: None, delete_namespace: Callable[[str], None], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Future[Frozen]]:
+    """The frozen worker's scenario (as the ``shipped`` fixture makes it: the shipped leases and time
+    limits), started in a thread of its own; what it saw, once it is over."""
+    logs = tmp_path_factory.mktemp("frozen")
+    namespace = fresh_namespace()
+    made = scenario(namespace, logs / "worker.log")
+    assert_shipped_lease(made)
+    try:
+        with in_background(freeze_a_worker, made, logs / "other.log") as outcome:
+            yield outcome
+    finally:
+        made.workers.discard()
+        made.ledger.clear()
+        made.app.close()
+        delete_namespace(namespace)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_worker_from_the_first_test(request: pytest.FixtureRequest) -> None:
+    start_with_the_first_test(request, "frozen_worker")
+
+
+def test_a_frozen_worker_loses_its_steps_to_another_and_its_late_ends_are_refused(
+    frozen_worker: Future[Frozen],
+) -> None:
+    """SIGSTOP past the lease, then SIGCONT: RabbitMQ gives the delivered step to the other worker once the
+    frozen one misses its heartbeats, the lapse sweep publishes the local step (nothing of it is in
+    RabbitMQ) once its lease lapsed; the frozen one's ends, when they come, are not recorded.
+
+    A keyed message is not fenced: the frozen worker's attempt, resumed, reaches its effect after the
+    other's did (the at-least-once case); the effect keyed by ``current_effect_key()`` happens once."""
+    frozen = frozen_worker.result()
+    shipped, run, local = frozen.fault, frozen.run, frozen.local
+    lease_s = shipped.app.settings.store.step_lease_s
     refused = shipped.log.read_text().count("claimed again after its lease lapsed here")
     print(
         f"\nfigures: worker frozen (SIGSTOP) inside a chain step, a local step and a keyed message "
-        f"(lease {lease_s:g} s, AMQP heartbeat {heartbeat_s} s), finished by the other worker after: "
-        f"{figures(took, cases)}; resumed after {frozen_s:.1f} s; its late ends refused: {refused}; "
-        f"the keyed message's effect reached by {applied(shipped, 'frozen-key')} attempts, under "
+        f"(lease {lease_s:g} s, AMQP heartbeat {FROZEN_HEARTBEAT_S} s), finished by the other worker after: "
+        f"{figures(frozen.took, FROZEN_CASES)}; resumed after {frozen.frozen_s:.1f} s; its late ends refused: "
+        f"{refused}; the keyed message's effect reached by {applied(shipped, 'frozen-key')} attempts, under "
         f"{shipped.ledger.keyed_effects('slow').get('frozen-key', 0)} effect key(s)"
     )
     statuses = run.status(), local.status()

@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -103,6 +104,13 @@ def listed(kind: str, *, amqp_url: str) -> list[str]:
             f"API at {api} ({type(e).__name__}: {e}). Set PIPELINES_TEST_RABBITMQCTL to its rabbitmqctl command "
             "(e.g. `docker compose exec -T rabbitmq rabbitmqctl`) or PIPELINES_TEST_RABBITMQ_API to its management API."
         ) from None
+
+
+def listed_together(*kinds: str, amqp_url: str) -> list[list[str]]:
+    """:func:`listed` for each of ``kinds``, asked at the same time (each ``rabbitmqctl`` spends most of
+    its time starting its own Erlang VM)."""
+    with ThreadPoolExecutor(len(kinds), thread_name_prefix="listing") as pool:
+        return list(pool.map(lambda kind: listed(kind, amqp_url=amqp_url), kinds))
 
 
 def _listed_by_api(api: str, kind: str, amqp_url: str) -> list[str]:
@@ -189,7 +197,7 @@ def delete_test_namespace(amqp_url: str, redis_url: str, namespace: str) -> None
         ListingUnavailable: The broker's queues cannot be listed (its Redis keys are deleted all the same).
     """
     try:
-        queues, exchanges = listed("list_queues", amqp_url=amqp_url), listed("list_exchanges", amqp_url=amqp_url)
+        queues, exchanges = listed_together("list_queues", "list_exchanges", amqp_url=amqp_url)
     except ListingUnavailable:
         RedisRunStore(url=redis_url, namespace=namespace, retention_s=60).delete_namespace()
         raise
@@ -199,7 +207,7 @@ def delete_test_namespace(amqp_url: str, redis_url: str, namespace: str) -> None
 def delete_stale_namespaces(amqp_url: str, redis_url: str) -> list[str]:
     """Delete every queue, exchange, Redis key and virtual host of stale test namespaces; returns the
     namespaces."""
-    queues, exchanges = listed("list_queues", amqp_url=amqp_url), listed("list_exchanges", amqp_url=amqp_url)
+    queues, exchanges = listed_together("list_queues", "list_exchanges", amqp_url=amqp_url)
     keys = [k.decode() for k in redis.Redis.from_url(redis_url).scan_iter(match="t-*", count=1000)]
     stale = sorted({n.split(".", 1)[0] for n in queues + exchanges} | {k.split(":", 1)[0] for k in keys})
     stale = [namespace for namespace in stale if is_stale(namespace)]
