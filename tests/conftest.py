@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
-import dramatiq
 import pika
 import psycopg
 import pytest
@@ -34,7 +33,6 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from pipelines.app import App, build_app
 from pipelines.broker import ExchangeBroker
 from pipelines.config.settings import Settings
-from pipelines.testing import boot
 from tests.support.backends import AMQP_URL, PAIRED, POSTGRES_URL, REDIS_URL, Backend
 from tests.support.broker_witness import PublishCounts, vhost_of
 from tests.support.fixtures import MakeApp, Observe, Observer, StartWorker
@@ -50,6 +48,7 @@ from tests.support.housekeeping import (
     rabbitmqctl,
     stop_leftover_processes,
 )
+from tests.support.in_process_workers import InProcessWorkers
 from tests.support.own_postgres import OwnPostgres, OwnReplicatedPostgres, missing_binaries
 from tests.support.stuck_servers import StuckServer
 
@@ -213,25 +212,9 @@ def make_app(backend: Backend) -> Iterator[MakeApp]:
 @pytest.fixture
 def start_worker(make_app: MakeApp) -> Iterator[StartWorker]:
     """Starts a worker for an app's declared actors (declare them first); stopped after the test."""
-    workers: list[dramatiq.Worker] = []
-
-    def start(app: App, *, threads: int = 4, queues: set[str] | None = None) -> dramatiq.Worker:
-        boot(app)
-        worker = dramatiq.Worker(app.broker, queues=queues, worker_threads=threads, worker_timeout=100)
-        worker.start()
-        workers.append(worker)
-        return worker
-
-    yield start
-    # Every worker, even when stopping one fails (the first failure is raised afterwards).
-    failures: list[Exception] = []
-    for worker in workers:
-        try:
-            worker.stop()
-        except Exception as e:  # re-raised below, after the other workers stopped
-            failures.append(e)
-    if failures:
-        raise failures[0]
+    workers = InProcessWorkers()
+    yield workers.start
+    workers.stop_all()
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import dramatiq
 import pika
@@ -40,7 +41,7 @@ from tests.conftest import cleanup, settings_for
 from tests.support.backends import AMQP_URL, paired
 from tests.support.fail_closed.fail_closed_support import Effects
 from tests.support.fail_closed.redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
-from tests.support.overlap import in_background, start_with_the_first_test
+from tests.support.overlap import side_by_side, start_with_the_first_test
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 LEASE_S = 2
@@ -189,11 +190,8 @@ def lose_a_carried_result(lost: str) -> Lost:
 def lost_results(services: None) -> Iterator[dict[str, Future[Lost]]]:
     """Both cases, each started in a thread of its own (``tests/support/overlap.py``): their waits for
     leases to lapse and for the long step overlap."""
-    with (
-        in_background(lose_a_carried_result, "purged") as purged,
-        in_background(lose_a_carried_result, "dead-lettered") as dead_lettered,
-    ):
-        yield {"purged": purged, "dead-lettered": dead_lettered}
+    with side_by_side({case: partial(lose_a_carried_result, case) for case in ("purged", "dead-lettered")}) as lost:
+        yield lost
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,13 @@ import redis
 from pipelines import chain, step
 from pipelines.app import App, build_app
 from pipelines.errors import RunTimeout, StoreUnavailable
-from pipelines.testing import boot
 from tests.conftest import cleanup, settings_for
 from tests.support.backends import paired
 from tests.support.fail_closed.fail_closed_support import Effects, Ledger
 from tests.support.fail_closed.redis_proxy import ERROR_REPLIES, ErrorProxy, error_proxy, script_sha
 from tests.support.fixtures import MakeApp, StartWorker
-from tests.support.overlap import in_background, start_with_the_first_test
+from tests.support.in_process_workers import InProcessWorkers
+from tests.support.overlap import side_by_side, start_with_the_first_test
 from tests.support.redis_servers import Server
 
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -319,22 +320,12 @@ def stall_a_completion(pause_ms: int, directory: Path) -> dict[str, Any]:
     app = build_app(
         settings_for(paired("rabbitmq"), store={"url": server.url, "step_lease_s": 8}, worker={"time_limit_s": 5})
     )
-    workers: list[dramatiq.Worker] = []
-
-    def start_worker(app: App, *, threads: int = 4, queues: set[str] | None = None) -> dramatiq.Worker:
-        """As the ``start_worker`` fixture does."""
-        boot(app)
-        worker = dramatiq.Worker(app.broker, queues=queues, worker_threads=threads, worker_timeout=100)
-        worker.start()
-        workers.append(worker)
-        return worker
-
+    workers = InProcessWorkers()
     try:
         actors = declare(app, effects, pause_ms=pause_ms, pause_url=server.url)
-        return drive(app, actors, start_worker, effects, timeout_s=pause_ms / 1000 + 60)
+        return drive(app, actors, workers.start, effects, timeout_s=pause_ms / 1000 + 60)
     finally:
-        for worker in workers:
-            worker.stop()
+        workers.stop_all()
         cleanup(app)
         effects.drop()
         server.stop()
@@ -346,11 +337,9 @@ def stalled_completions(
 ) -> Iterator[dict[int, Future[dict[str, Any]]]]:
     """Each pause's case, started in a thread of its own; what became of its work, by pause."""
     directory = tmp_path_factory.mktemp("stalled_completions")
-    with (
-        in_background(stall_a_completion, PAUSES_MS[0], directory / "short") as short,
-        in_background(stall_a_completion, PAUSES_MS[1], directory / "long") as long,
-    ):
-        yield {PAUSES_MS[0]: short, PAUSES_MS[1]: long}
+    cases = {pause: partial(stall_a_completion, pause, directory / f"{pause}ms") for pause in PAUSES_MS}
+    with side_by_side(cases) as stalled:
+        yield stalled
 
 
 @pytest.fixture(scope="module", autouse=True)

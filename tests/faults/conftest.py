@@ -54,10 +54,7 @@ def fault(services: None, delete_namespace: Callable[[str], None], tmp_path: Pat
         worker={"time_limit_s": TIME_LIMIT_S},
     )
     yield made
-    made.workers.discard()
-    made.ledger.clear()
-    made.app.close()
-    delete_namespace(namespace)
+    made.discard(delete_namespace)
 
 
 @pytest.fixture
@@ -66,10 +63,7 @@ def shipped(services: None, delete_namespace: Callable[[str], None], tmp_path: P
     namespace = fresh_namespace()
     made = scenario(namespace, tmp_path / "worker.log")
     yield made
-    made.workers.discard()
-    made.ledger.clear()
-    made.app.close()
-    delete_namespace(namespace)
+    made.discard(delete_namespace)
 
 
 @pytest.fixture
@@ -78,10 +72,7 @@ def renewing(services: None, delete_namespace: Callable[[str], None], tmp_path: 
     namespace = fresh_namespace()
     made = scenario(namespace, tmp_path / "worker.log", store={"step_lease_s": LEASE_S})
     yield made
-    made.workers.discard()
-    made.ledger.clear()
-    made.app.close()
-    delete_namespace(namespace)
+    made.discard(delete_namespace)
 
 
 def on_postgres(url: str, delete_namespace: Callable[[str], None], tmp_path: Path) -> Iterator[Fault]:
@@ -89,10 +80,7 @@ def on_postgres(url: str, delete_namespace: Callable[[str], None], tmp_path: Pat
     namespace = fresh_namespace()
     made = scenario(namespace, tmp_path / "worker.log", store={"url": url, "postgres_schema": schema_of(namespace)})
     yield made
-    made.workers.discard()
-    made.ledger.clear()
-    made.app.close()
-    delete_namespace(namespace)
+    made.discard(delete_namespace)
 
 
 @pytest.fixture

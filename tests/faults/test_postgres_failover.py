@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from tests.support.backends import schema_of
 from tests.support.faults.fault_scenario import Fault
 from tests.support.faults.postgres_faults import Aftermath, assert_nothing_lost, settle
 from tests.support.housekeeping import fresh_namespace
-from tests.support.overlap import in_background, start_with_the_first_test
+from tests.support.overlap import side_by_side, start_with_the_first_test
 from tests.support.own_postgres import OwnReplicatedPostgres, missing_binaries
 
 CHAINS = 200
@@ -114,10 +115,7 @@ def close(fault: Fault | None, pair: OwnReplicatedPostgres, delete_namespace: Ca
     """What the ``on_replicated_postgres`` and ``own_replicated_postgres`` fixtures do after a test."""
     try:
         if fault is not None:
-            fault.workers.discard()
-            fault.ledger.clear()
-            fault.app.close()
-            delete_namespace(fault.app.settings.namespace)
+            fault.discard(delete_namespace)
     finally:
         pair.close()
 
@@ -188,17 +186,14 @@ def failovers(
     """Both cases, started side by side in threads of their own (``tests/support/overlap.py``); each
     scenario is closed once the module's tests are over."""
     logs = tmp_path_factory.mktemp("failovers")
-    with (
-        in_background(fail_over, 0.0, logs / "at-once.log", delete_namespace) as at_once,
-        in_background(fail_over, DOWN_S, logs / "later.log", delete_namespace) as later,
-    ):
-        try:
-            yield {0.0: at_once, DOWN_S: later}
-        finally:
-            for outcome in (at_once, later):
-                if outcome.exception() is None:
-                    failed_over = outcome.result()
-                    close(failed_over.fault, failed_over.pair, delete_namespace)
+    with side_by_side(
+        {
+            0.0: partial(fail_over, 0.0, logs / "at-once.log", delete_namespace),
+            DOWN_S: partial(fail_over, DOWN_S, logs / "later.log", delete_namespace),
+        },
+        close=lambda failed_over: close(failed_over.fault, failed_over.pair, delete_namespace),
+    ) as outcomes:
+        yield outcomes
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from tests.support.backends import schema_of
 from tests.support.faults.fault_scenario import Fault
 from tests.support.faults.postgres_faults import Aftermath, assert_nothing_lost, settle
 from tests.support.housekeeping import fresh_namespace
-from tests.support.overlap import in_background, start_with_the_first_test
+from tests.support.overlap import side_by_side, start_with_the_first_test
 from tests.support.own_postgres import OwnPostgres, missing_binaries
 
 CHAINS = 200
@@ -57,10 +58,7 @@ def close(fault: Fault | None, server: OwnPostgres, delete_namespace: Callable[[
     """What the ``on_own_postgres`` and ``own_postgres`` fixtures do after a test."""
     try:
         if fault is not None:
-            fault.workers.discard()
-            fault.ledger.clear()
-            fault.app.close()
-            delete_namespace(fault.app.settings.namespace)
+            fault.discard(delete_namespace)
     finally:
         server.close()
 
@@ -113,17 +111,14 @@ def restarts(
     """Both cases, started side by side in threads of their own (``tests/support/overlap.py``); each
     scenario is closed once the module's tests are over."""
     logs = tmp_path_factory.mktemp("restarts")
-    with (
-        in_background(restart, 0.0, logs / "restart.log", delete_namespace) as at_once,
-        in_background(restart, OUTAGE_S, logs / "outage.log", delete_namespace) as outage,
-    ):
-        try:
-            yield {0.0: at_once, OUTAGE_S: outage}
-        finally:
-            for outcome in (at_once, outage):
-                if outcome.exception() is None:
-                    restarted = outcome.result()
-                    close(restarted.fault, restarted.server, delete_namespace)
+    with side_by_side(
+        {
+            0.0: partial(restart, 0.0, logs / "restart.log", delete_namespace),
+            OUTAGE_S: partial(restart, OUTAGE_S, logs / "outage.log", delete_namespace),
+        },
+        close=lambda restarted: close(restarted.fault, restarted.server, delete_namespace),
+    ) as outcomes:
+        yield outcomes
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -234,10 +234,7 @@ def frozen_worker(
         with in_background(freeze_a_worker, made, logs / "other.log") as outcome:
             yield outcome
     finally:
-        made.workers.discard()
-        made.ledger.clear()
-        made.app.close()
-        delete_namespace(namespace)
+        made.discard(delete_namespace)
 
 
 @pytest.fixture(scope="module", autouse=True)

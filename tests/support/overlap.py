@@ -1,8 +1,9 @@
 """Scenarios that mostly wait (a lease to lapse, a frozen worker to be frozen long enough), run in a
 thread of their own while the module's other tests run, so that their waits overlap.
 
-A module-scoped fixture starts one with :func:`in_background` and yields its :class:`Future`; the test
-that uses the fixture waits for what the scenario saw and makes its assertions on it. An autouse
+A module-scoped fixture starts one with :func:`in_background` and yields its :class:`Future` (the cases
+of a parametrized test: :func:`side_by_side`); the test that uses the fixture waits for what the scenario
+saw and makes its assertions on it. An autouse
 fixture of the module calls :func:`start_with_the_first_test`, so that the scenario starts with the
 module's first test rather than with its own. Each scenario has a namespace, worker processes and
 tables of its own; only the waiting is shared.
@@ -10,15 +11,16 @@ tables of its own; only the waiting is shared.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import ParamSpec, TypeVar
 
 import pytest
 
 P = ParamSpec("P")
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 @contextmanager
@@ -31,6 +33,23 @@ def in_background(scenario: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -
             yield outcome
         finally:
             outcome.exception()
+
+
+@contextmanager
+def side_by_side(
+    cases: Mapping[K, Callable[[], T]], *, close: Callable[[T], None] | None = None
+) -> Iterator[dict[K, Future[T]]]:
+    """Each of ``cases`` run in a thread of its own (:func:`in_background`), all at once; on leaving, once
+    they are over, ``close`` is called with what each that came through returned (one that raised cleaned
+    up after itself)."""
+    with ExitStack() as stack:
+        outcomes = {key: stack.enter_context(in_background(case)) for key, case in cases.items()}
+        try:
+            yield outcomes
+        finally:
+            for outcome in outcomes.values():
+                if outcome.exception() is None and close is not None:
+                    close(outcome.result())
 
 
 def start_with_the_first_test(request: pytest.FixtureRequest, fixture: str) -> None:

@@ -93,6 +93,14 @@ class Fault:
         self.workers = Workers(env, log)
         self.log = log
 
+    def discard(self, delete_namespace: Callable[[str], None]) -> None:
+        """After its test: kill what is left of its workers, clear its ledger, close its app and delete its
+        namespace (``delete_namespace``, the fixture)."""
+        self.workers.discard()
+        self.ledger.clear()
+        self.app.close()
+        delete_namespace(self.app.settings.namespace)
+
     def wait_until(self, done: Callable[[], object], what: str, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until ``done()`` is true, a condition another process brings about (polling: there is
         nothing to subscribe to)."""
