@@ -2,7 +2,7 @@
 
 When a worker finishes step N of a run and what follows is one step of an actor this worker process
 runs, the script that records N's result also claims N+1 for this worker, in the same call. N+1 then
-runs next in this thread, through the same middleware as a delivered message: no publish, confirm,
+runs next in this process, through the same middleware as a delivered message: no publish, confirm,
 delivery or ack for that hop, one store round trip per step. (Temporal's local activities are the model.)
 
 A hop still goes through RabbitMQ when what follows is a fan-out (one publish the exchange copies), an
@@ -115,7 +115,7 @@ class LocalSteps:
         address: StepAddress,
         advance: Advance,
         *,
-        trace: dict[str, str] | None = None,
+        trace: dict[str, str],
     ) -> None:
         """Run the step the store claimed for this worker next, in this process (``advance`` is ``local``);
         ``trace`` is the W3C trace context of the step that finished (its span is the next one's parent)."""
@@ -126,7 +126,7 @@ class LocalSteps:
         pipeline = str(message.options.get(opt.PIPELINE) or "adhoc")
         given = StepInput((decode_value(advance.value_json),))
         [next_message] = step_messages([leaf], run_id=address.run_id, pipeline=pipeline, given=given)
-        _carry_context(message, next_message, advance, trace or {})
+        _carry_context(message, next_message, advance, trace)
         hold = self.holds.step(address.run_id, leaf.node, advance.claim)
         try:
             prepared = self.broker.prepare(next_message)

@@ -4,7 +4,8 @@ Dramatiq's ``MessageProxy`` wraps the message a consumer delivered (``_message``
 after a failure, the exception the actor raised (``_exception``); it settles a delivery by its public
 ``failed`` flag. Its worker hands deliveries to its threads through a priority queue of its items
 (``_WorkQueueItem``), where a local step goes too, and from which a stopping worker's deliveries that no
-thread started are taken back (:class:`WorkQueue`). Every other module goes through what is here.
+thread started are taken back (:class:`WorkQueue`). A worker thread logs through its own ``logger``
+attribute, which :func:`drop_thread_warnings` wraps. Every other module goes through what is here.
 
 Our brokers' deliveries are :class:`DeliveredMessage` s: the arguments an actor is called with are the
 ones ``Payloads`` recorded in the outcome (sealed values opened, a typed payload validated), while the
@@ -95,10 +96,10 @@ class WorkQueue:
         return (time.monotonic_ns() - first._queued_time) / 1e9 if first is not None else 0.0
 
     def put_first(self, message: dramatiq.broker.MessageProxy) -> None:
-        """Queue ``message`` ahead of what waits, for the thread that puts it: no other thread is woken, so
-        this one takes it as soon as it is done with the message it runs (a chain's local steps go on in
-        one thread, with no hand-over between threads). Should this thread be held up, an idle one finds
-        it at the end of its wait for work (Dramatiq's worker timeout, a second by default)."""
+        """Queue ``message`` ahead of what waits, for the thread that puts it: no idle thread is woken (one
+        would wake only to find it gone, as this thread takes it as soon as it is done with the message it
+        runs). Should this thread be held up, an idle one finds it at the end of its wait for work
+        (Dramatiq's worker timeout, a second by default)."""
         from dramatiq.worker import _WorkQueueItem
 
         queue = self._worker.work_queue
