@@ -102,7 +102,7 @@ class CompiledPlan:
 
     def _check_actors(self, broker: PipelineBroker, actors: tuple[dramatiq.Actor[Any, Any] | None, ...]) -> None:
         unknown = sorted(name for name, actor in zip(self._actor_names, actors, strict=True) if actor is None)
-        elsewhere = _declared_elsewhere(broker, unknown)
+        elsewhere = _declared_elsewhere(broker, unknown) if unknown else []
         if elsewhere:
             raise UnknownActor(
                 f"Actor(s) {', '.join(elsewhere)} are declared, but on another broker than this app's: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,25 @@ def test_an_actor_declared_before_configure_is_refused_with_the_order_to_change(
     assert error.startswith("pipelines.errors.UnknownActor: Actor(s) 'ship' (shop.ship) are declared, but on another")
     assert "declared before pipelines.configure() ran" in error
     assert "Call pipelines.configure() before the actors are declared" in error
+
+
+class _NotAnActor:
+    """A module global that fails any check of what it is: a start that walks the loaded modules meets it."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        raise AssertionError("a start of known actors walked every loaded module's globals")
+
+
+def test_a_new_pipeline_of_known_actors_starts_without_walking_the_loaded_modules(
+    make_app: MakeApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app()
+    a = declare(app)
+    trap = types.ModuleType("a_module_a_start_must_not_read")
+    trap.value = _NotAnActor()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, trap.__name__, trap)
+
+    runs = [app.start(chain(step(a["count"]), step(a["count"])), args=(n,)) for n in range(3)]
+
+    assert len({run.id for run in runs}) == 3
