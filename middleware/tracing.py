@@ -43,6 +43,8 @@ _TRACEPARENT_LENGTH = 55
 _HEX = frozenset("0123456789abcdef")
 #: Trace flags of a run left out by sampling: none, or the W3C "random trace id" flag alone.
 _LEFT_OUT_FLAGS = {"00": 0, "02": 2}
+#: Each thread's last ``traceparent`` read by :func:`_left_out_parent`, and what it read.
+_last_left_out = threading.local()
 
 
 def _message_attributes(message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> dict[str, Any]:
@@ -90,6 +92,18 @@ def _left_out_parent(carrier: dict[str, str]) -> context.Context | None:
     header = carrier.get("traceparent")
     if not isinstance(header, str) or len(header) != _TRACEPARENT_LENGTH or len(carrier) != 1:
         return None
+    # Every step of a run left out carries the same context: a thread running a chain's steps one after
+    # another (local steps) reads it once.
+    last = _last_left_out.__dict__
+    if last.get("header") == header:
+        parent: context.Context | None = last["parent"]
+        return parent
+    parent = _read_left_out(header)
+    last["header"], last["parent"] = header, parent
+    return parent
+
+
+def _read_left_out(header: str) -> context.Context | None:
     version, trace_id, span_id, flags = header[:2], header[3:35], header[36:52], header[53:]
     if (version, header[2], header[35], header[52]) != ("00", "-", "-", "-") or flags not in _LEFT_OUT_FLAGS:
         return None

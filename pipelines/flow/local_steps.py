@@ -128,6 +128,7 @@ class LocalSteps:
         [next_message] = step_messages([leaf], run_id=address.run_id, pipeline=pipeline, given=given)
         _carry_context(message, next_message, advance, trace)
         hold = self.holds.step(address.run_id, leaf.node, advance.claim)
+        made = next_message.options[opt.STEP]
         try:
             prepared = self.broker.prepare(next_message)
         except Exception:  # it cannot run here: published as a hop, it runs once its claim's lease lapses
@@ -135,6 +136,8 @@ class LocalSteps:
             self.holds.release(hold)
             self.broker.enqueue(next_message)
             return
+        if prepared.options.get(opt.STEP) is made:  # its address is known: the thread that runs it need not parse it
+            StepAddress(address.run_id, leaf.node, leaf.up).known(made)
         started = message.chain_started if isinstance(message, LocalDelivery) else time.monotonic()
         self.work.put_first(
             LocalDelivery(prepared, holds=self.holds, hold=hold, after=address.node, chain_started=started)

@@ -89,8 +89,9 @@ def _is_step_id(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_STEP_ID_CHARS and _STEP_ID.fullmatch(value) is not None
 
 
-#: Each thread's last parsed ``pipeline_step`` option and its address (see :meth:`StepAddress.of`).
-_last_parsed = threading.local()
+#: Each thread's last two ``pipeline_step`` options parsed or made, with their addresses (see
+#: :meth:`StepAddress.of`).
+_parsed = threading.local()
 
 
 class MalformedStepAddress(MalformedMessage):
@@ -156,14 +157,30 @@ class StepAddress:
             return None
         # Screening, the leases, the steps' middleware and the log context each read the address of the
         # message a thread handles: it is parsed once. The cache holds the option's object itself, so an
-        # identity match is the very value parsed (option values are never changed in place).
-        last = _last_parsed.__dict__
-        if last.get("value") is value:
-            address: StepAddress = last["address"]
-            return address
+        # identity match is the very value parsed (option values are never changed in place). It keeps two:
+        # a local step's is noted (``known``) while the hooks of the step before it still read theirs.
+        cached = _parsed.__dict__
+        known: StepAddress | None = (
+            cached["address"]
+            if cached.get("value") is value
+            else cached["earlier_address"]
+            if cached.get("earlier") is value
+            else None
+        )
+        if known is not None:
+            return known
         address = cls.from_option(value)
-        last["value"], last["address"] = value, address
+        address.known(value)
         return address
+
+    def known(self, value: object) -> None:
+        """Note that ``value``, a ``pipeline_step`` option this thread made with :meth:`to_option` (a local
+        step's) or parsed, is this address: :meth:`of` need not parse it again."""
+        cached = _parsed.__dict__
+        if cached.get("value") is value:
+            return
+        cached["earlier"], cached["earlier_address"] = cached.get("value"), cached.get("address")
+        cached["value"], cached["address"] = value, self
 
     @classmethod
     def best_effort(cls, message: dramatiq.Message[Any] | dramatiq.broker.MessageProxy) -> StepAddress | None:

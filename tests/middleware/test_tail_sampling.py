@@ -193,6 +193,19 @@ def test_only_the_plain_traceparent_of_a_run_left_out_is_read_without_the_propag
         assert _left_out_parent(other) is None, other
 
 
+def test_a_thread_reads_a_run_left_outs_context_once_and_each_other_context_anew() -> None:
+    trace_id = "ab" * 16
+    first = _left_out_parent({"traceparent": f"00-{trace_id}-{'cd' * 8}-00"})
+    again = _left_out_parent({"traceparent": f"00-{trace_id}-{'cd' * 8}-00"})  # the run's next step, here
+    other = _left_out_parent({"traceparent": f"00-{trace_id}-{'ef' * 8}-00"})
+
+    assert first is not None
+    assert other is not None
+    assert again is first
+    assert trace.get_current_span(other).get_span_context().span_id == int("ef" * 8, 16)
+    assert _left_out_parent({"traceparent": f"00-{trace_id}-{'ef' * 8}-01"}) is None  # sampled: the propagator's
+
+
 class _Published(dramatiq.Middleware):
     """Records the trace context of every message as it is published."""
 
