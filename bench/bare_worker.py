@@ -47,3 +47,8 @@ def gather(key: str) -> None:
 @dramatiq.actor(broker=broker, queue_name="bench_bare")
 def ping(key: str) -> None:
     counter.lpush(key, b"1")
+
+
+@dramatiq.actor(broker=broker, queue_name="bench_bare")
+def ping_last(key: str, value: int) -> None:
+    counter.lpush(key, b"1")

@@ -150,7 +150,11 @@ def chains(system: System, log: Path, n: int) -> dict[str, float]:
         assert running.worker is not None
         before = tiers.read(running.worker)
         started = time.perf_counter()
-        if isinstance(system, Ours):
+        if isinstance(system, Ours) and system.start_each:
+            m = system.actors
+            for _ in range(n):  # as a caller's code does: a chain built for each start, which waits for it
+                system.app.start(chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter)))
+        elif isinstance(system, Ours):
             m = system.actors
             pipeline = chain(step(m.hop, counter), step(m.hop, counter), step(m.last, counter))
             system.app.start_many([pipeline] * n)
@@ -227,10 +231,14 @@ def fan_outs(system: Ours, log: Path, runs: int) -> dict[str, float]:
 
 
 def latency(system: System, log: Path, n: int) -> dict[str, float]:
-    """Enqueue-to-processed latency of ``n`` sequential messages, in milliseconds.
+    """Enqueue-to-processed latency of ``n`` sequential messages, then start-to-done latency of ``n``
+    sequential three-step chains, in milliseconds.
 
-    Bare Dramatiq is measured twice: with its default (no publisher confirms) and with
-    ``confirm_delivery=True``, which is what rabbit-pipelines always does.
+    Bare Dramatiq's messages are measured twice: with its default (no publisher confirms) and with
+    ``confirm_delivery=True``, which is what rabbit-pipelines always does. Its chains are its
+    ``pipeline`` with its defaults; ours are each started with ``app.start`` (a chain built for each
+    start, as a caller's code does), which returns once the run is stored and its first step's publish
+    confirmed.
     """
     client = redis_client()
     results: dict[str, float] = {}
@@ -257,9 +265,30 @@ def latency(system: System, log: Path, n: int) -> dict[str, float]:
                 f"p95_ms{variant}": quantiles[94],
                 f"p99_ms{variant}": quantiles[98],
             }
+        if isinstance(system, Ours | BareDramatiq):
+            quantiles = statistics.quantiles([_chain_latency_ms(system, client) for _ in range(n)], n=100)
+            results |= {"chain_p50_ms": quantiles[49], "chain_p95_ms": quantiles[94]}
     if confirming is not None:
         confirming.close()
     return results
+
+
+def _chain_latency_ms(system: Ours | BareDramatiq, client: Any) -> float:
+    """Milliseconds from starting a three-step chain to its last step done (it pushes to a list)."""
+    counter = key()
+    started = time.perf_counter()
+    if isinstance(system, Ours):
+        m = system.actors
+        system.app.start(chain(step(m.hop, counter), step(m.hop, counter), step(m.ping_last, counter)))
+    else:
+        b = system.module
+        dramatiq_pipeline(
+            [b.hop.message(counter), b.hop.message(counter), b.ping_last.message(counter)], broker=b.broker
+        ).run()
+    client.blpop([counter], timeout=30)
+    took = (time.perf_counter() - started) * 1000
+    client.delete(counter)
+    return took
 
 
 def store_memory(system: Ours, runs: int, members: int) -> dict[str, float]:

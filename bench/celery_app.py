@@ -50,3 +50,8 @@ def gather(values: list[int], key: str) -> None:
 @app.task
 def ping(key: str) -> None:
     counter.lpush(key, b"1")
+
+
+@app.task
+def ping_last(value: int, key: str) -> None:
+    counter.lpush(key, b"1")

@@ -65,6 +65,10 @@ def _ping(key: str) -> None:
     counter.lpush(key, b"1")
 
 
+def _ping_last(key: str, value: int) -> None:
+    counter.lpush(key, b"1")
+
+
 def _branch(key: str, *_: Any) -> None:
     counter.incr(key)
 
@@ -83,6 +87,7 @@ class Actors:
     member: dramatiq.Actor[..., int]
     gather: dramatiq.Actor[..., None]
     ping: dramatiq.Actor[..., None]
+    ping_last: dramatiq.Actor[..., None]
     branches: tuple[dramatiq.Actor[..., None], ...]
 
 
@@ -100,6 +105,7 @@ def declare_actors(on: dramatiq.Broker) -> Actors:
         member=declare(_member, "member"),
         gather=declare(_gather, "gather"),
         ping=declare(_ping, "ping"),
+        ping_last=declare(_ping_last, "ping_last"),
         branches=tuple(declare(_branch, f"branch{i}") for i in range(BRANCHES)),
     )
 

@@ -82,6 +82,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 #: Our system with local steps off: every hop of a chain through RabbitMQ.
 ROUTED = "rabbit-pipelines (local steps off)"
+#: Our system with each chain started on its own (``app.start``), as a caller's code does.
+START_EACH = "rabbit-pipelines (app.start each)"
 #: Our system with its runs stored in PostgreSQL instead of Redis.
 POSTGRES_STORE = "rabbit-pipelines (PostgreSQL store)"
 #: Column headings short enough for the tier table.
@@ -143,6 +145,16 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
         ratio(speed("chains", ROUTED), speed("chains", "dramatiq")),
         "",
     )
+    target(
+        "chains speed, app.start each / dramatiq pipelines",
+        ratio(speed("chains", START_EACH), speed("chains", "dramatiq")),
+        "",
+    )
+    target(
+        "chains speed, app.start each / celery chains",
+        ratio(speed("chains", START_EACH), speed("chains", "celery")),
+        "",
+    )
     target("chains: share of hops routed through RabbitMQ", m("chains", "rabbit-pipelines", "routed_hop_share"), "")
     target(
         "chain step CPU, all tiers / dramatiq",
@@ -182,6 +194,11 @@ def report(results: Results, rounds: int, sizes: Sizes) -> list[tuple[str, float
         "p50 latency / dramatiq",
         ratio(m("latency", "rabbit-pipelines", "p50_ms"), m("latency", "dramatiq", "p50_ms")),
         "",
+    )
+    target(
+        "three-step chain p50, start to done / dramatiq pipeline",
+        ratio(m("latency", "rabbit-pipelines", "chain_p50_ms"), m("latency", "dramatiq", "chain_p50_ms")),
+        "<= 1.0",
     )
     target("import pipelines, fresh process (s)", m("startup", "rabbit-pipelines", "import_s"), "<= 0.25")
     target("pipelines --help, fresh process (s)", m("startup", "rabbit-pipelines", "cli_help_s"), "<= 0.25")
@@ -342,8 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if "chains" in wanted:
                 routed = Ours(endpoint, tracing=not args.no_tracing, local_steps=False, name=ROUTED)
+                each = Ours(endpoint, tracing=not args.no_tracing, name=START_EACH, start_each=True)
                 alternate(
-                    [ours, routed, *on_postgres, bare, celery],
+                    [ours, routed, each, *on_postgres, bare, celery],
                     args.rounds,
                     lambda s: cases.chains(s, log(s.name), sizes.chains),
                     results,

@@ -87,8 +87,11 @@ class Ours:
         wait_for_replicas: int = 0,
         local_steps: bool = True,
         postgres_schema: str | None = None,
+        start_each: bool = False,
     ) -> None:
         self.name = name or self.name
+        self.start_each = start_each
+        """The chains case starts each chain with its own ``app.start`` (else all with one ``start_many``)."""
         self.metrics_dir = tempfile.mkdtemp(prefix="bench-metrics-")
         self.counters_dir = Path(tempfile.mkdtemp(prefix="bench-counters-"))
         ratio = {} if sample_ratio is None else {"PIPELINES_TELEMETRY__SAMPLE_RATIO": str(sample_ratio)}
