@@ -13,8 +13,8 @@ from pipelines.config.masking import mask_text
 from pipelines.store.base import RunStatus, StepStatus
 from pipelines.store.step_history import AttemptLog, HistoryEntry
 
-#: What an attempt without an end shows: running, or ended without a record (its worker stopped).
-NO_END = "no end recorded (its worker stopped, or its lease lapsed)"
+#: What an attempt without an end shows, when it is not running: it ended without a record.
+NO_END = "no end recorded (its worker stopped, its lease lapsed, or its retry started before its end was recorded)"
 
 
 def clock(epoch_ms: int) -> str:

@@ -32,8 +32,9 @@ Outcome = Literal["succeeded", "retrying", "failed"]
 class HistoryEntry:
     """An attempt of a step (``attempt``), or a replay of its dead letter (``replay``); times in epoch ms.
 
-    An attempt without an outcome is running, or ended without a record (its worker stopped, or its
-    lease lapsed and another attempt took the step over).
+    An attempt without an outcome is running, or ended without a record: its worker stopped, its lease
+    lapsed and another attempt took the step over, or its retry (scheduled before the attempt's failure
+    is recorded) claimed the step first.
     """
 
     kind: Literal["attempt", "replay"]
