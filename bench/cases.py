@@ -285,7 +285,8 @@ def _chain_latency_ms(system: Ours | BareDramatiq, client: Any) -> float:
         dramatiq_pipeline(
             [b.hop.message(counter), b.hop.message(counter), b.ping_last.message(counter)], broker=b.broker
         ).run()
-    client.blpop([counter], timeout=30)
+    if client.blpop([counter], timeout=30) is None:
+        raise TimeoutError(f"a three-step chain of {system.name} did not finish within 30 s")
     took = (time.perf_counter() - started) * 1000
     client.delete(counter)
     return took

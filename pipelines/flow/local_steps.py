@@ -137,7 +137,7 @@ class LocalSteps:
             self.broker.enqueue(next_message)
             return
         if prepared.options.get(opt.STEP) is made:  # its address is known: the thread that runs it need not parse it
-            StepAddress(address.run_id, leaf.node, leaf.up).known(made)
+            StepAddress(address.run_id, leaf.node, leaf.up).remember(made)
         started = message.chain_started if isinstance(message, LocalDelivery) else time.monotonic()
         self.work.put_first(
             LocalDelivery(prepared, holds=self.holds, hold=hold, after=address.node, chain_started=started)

@@ -158,7 +158,7 @@ class StepAddress:
         # Screening, the leases, the steps' middleware and the log context each read the address of the
         # message a thread handles: it is parsed once. The cache holds the option's object itself, so an
         # identity match is the very value parsed (option values are never changed in place). It keeps two:
-        # a local step's is noted (``known``) while the hooks of the step before it still read theirs.
+        # a local step's is noted (``remember``) while the hooks of the step before it still read theirs.
         cached = _parsed.__dict__
         known: StepAddress | None = (
             cached["address"]
@@ -170,10 +170,10 @@ class StepAddress:
         if known is not None:
             return known
         address = cls.from_option(value)
-        address.known(value)
+        address.remember(value)
         return address
 
-    def known(self, value: object) -> None:
+    def remember(self, value: object) -> None:
         """Note that ``value``, a ``pipeline_step`` option this thread made with :meth:`to_option` (a local
         step's) or parsed, is this address: :meth:`of` need not parse it again."""
         cached = _parsed.__dict__

@@ -34,7 +34,7 @@ def test_an_option_made_from_a_known_address_is_not_parsed(monkeypatch: pytest.M
     parsed = _counting_parses(monkeypatch)
     address = StepAddress("run-1", "0.1", UP)
     option = address.to_option()
-    address.known(option)
+    address.remember(option)
 
     assert StepAddress.of(_message(option)) is address
     assert parsed == []
@@ -45,7 +45,7 @@ def test_the_step_before_keeps_its_parsed_address_once_the_next_is_known(monkeyp
     finishing = _message(StepAddress("run-1", "0.0", (Frame("c", "0", 0, 3),)).to_option())
     first = StepAddress.of(finishing)
     following = StepAddress("run-1", "0.1", UP)
-    following.known(following.to_option())
+    following.remember(following.to_option())
 
     assert StepAddress.of(finishing) is first
     assert len(parsed) == 1
@@ -54,7 +54,7 @@ def test_the_step_before_keeps_its_parsed_address_once_the_next_is_known(monkeyp
 def test_an_equal_option_that_is_another_object_is_parsed_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     parsed = _counting_parses(monkeypatch)
     address = StepAddress("run-1", "0.1", UP)
-    address.known(address.to_option())
+    address.remember(address.to_option())
     tampered = {**address.to_option(), "node": "not a step id"}
 
     assert StepAddress.of(_message(address.to_option())) == address
