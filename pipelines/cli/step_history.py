@@ -14,7 +14,7 @@ from pipelines.store.base import RunStatus, StepStatus
 from pipelines.store.step_history import AttemptLog, HistoryEntry
 
 #: What an attempt without an end shows, when it is not running: it ended without a record.
-NO_END = "no end recorded (its worker stopped, its lease lapsed, or its retry started before its end was recorded)"
+NO_END = "no end recorded (its worker stopped, or its lease lapsed)"
 
 
 def clock(epoch_ms: int) -> str:

@@ -224,14 +224,23 @@ class Runtime(StartsInTransaction):
         logs: AttemptLog | None = None,
     ) -> None:
         """Record a failed attempt (and ``logs``, what it logged); a final one fails the run with ``error``
-        recorded. An attempt that lost its ``claim`` records nothing (see :meth:`lost`)."""
+        recorded. An attempt that lost its ``claim`` (its retry, or another worker, claimed the step since) ends
+        only its own entry in the step's history, and keeps its logs."""
         text = f"{error_name(error)}: {error}"
         try:
             created_at_ms = self.store.fail_step(
                 address.run_id, address.node, text, final=final, claim=claim, logs=logs
             )
         except ClaimLost:
-            self.lost(message, address)
+            logger.warning(
+                "Step %s of run %s was claimed again (by this attempt's retry, or after its lease lapsed here): "
+                "the failure of %s ends only its own attempt in the step's history.",
+                address.node,
+                address.run_id,
+                message.message_id,
+            )
+            for listener in self.listeners:
+                listener.step_lost(message.actor_name)
             return
         if created_at_ms is not None:
             pipeline = wire_options.pipeline(message.options) or "adhoc"

@@ -227,11 +227,14 @@ class RedisRunStore(RedisRunReads):
         reply = self._after(self._complete, run_id, args, logs=self._logs_call(node, claim, logs), first=first)
         return replies.complete(reply, run_id, node)
 
-    def _logs_call(self, node: str, claim: int | None, logs: AttemptLog | None) -> list[Any] | None:
-        """The arguments of ``step_logs.lua`` that keep ``logs`` (None when there are none to keep)."""
+    def _logs_call(
+        self, node: str, claim: int | None, logs: AttemptLog | None, *, overtaken: bool = False
+    ) -> list[Any] | None:
+        """The arguments of ``step_logs.lua`` that keep ``logs`` (None when there are none to keep); with
+        ``overtaken``, also when a later claim holds the step."""
         if logs is None or not logs.records or self._log_bounds[0] == 0:
             return None
-        return [node, _claim(claim), logs.to_json(), *self._log_bounds, self._retention_ms]
+        return [node, _claim(claim), logs.to_json(), *self._log_bounds, self._retention_ms, "1" if overtaken else "0"]
 
     def _after(
         self,
@@ -279,7 +282,8 @@ class RedisRunStore(RedisRunReads):
         logs: AttemptLog | None = None,
     ) -> int | None:
         args = [node, error, "1" if final else "0", self._retention_ms, _claim(claim)]
-        return replies.fail(self._after(self._fail, run_id, args, logs=self._logs_call(node, claim, logs)))
+        logs_call = self._logs_call(node, claim, logs, overtaken=True)
+        return replies.fail(self._after(self._fail, run_id, args, logs=logs_call))
 
     def fail_run(self, run_id: str, error: str) -> None:
         args = ["failed", error, self._retention_ms]

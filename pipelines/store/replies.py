@@ -33,7 +33,7 @@ from pipelines.store.base import (
     StepStatus,
     shown_step_state,
 )
-from pipelines.store.step_history import history_of
+from pipelines.store.step_history import FAILURE_OVERTAKEN, history_of
 from pipelines.wire.steps import AddressNotInPlan
 
 #: A runs page's cursor: the creation time (epoch ms) it stopped at, and how many entries at it it passed.
@@ -128,11 +128,11 @@ def fail(reply: Any) -> int | None:
     """``fail.lua``: the run's creation time (epoch ms) when this failure failed the run, else None.
 
     Raises:
-        ClaimLost: The attempt had lost its claim; nothing was recorded.
+        ClaimLost: The attempt had lost its claim; only its own history entry and logs were recorded.
     """
     code = int(reply[0])
     if code < 0:
-        raise ClaimLost("The step was claimed again after this attempt's lease lapsed; its failure is not recorded.")
+        raise ClaimLost(FAILURE_OVERTAKEN)
     return int(reply[1]) if code else None
 
 

@@ -7,6 +7,10 @@ each replay of its dead letter (when, and why), oldest first, the latest :data:`
 Its log records are kept apart from its record (``<run>:logs``, step id → its attempts' logs), so that
 reading a run does not read them: the newest attempts' records, within the store's bounds
 (``store.step_log_records`` and ``store.step_log_bytes``), for the run's retention.
+
+A failed attempt whose step another claim holds already still ends its own entry and keeps its records
+(before the later attempts'): its retry, scheduled before the failure is recorded, may claim the step
+first. Its failure changes nothing else: the step is the later attempt's.
 """
 
 from __future__ import annotations
@@ -27,14 +31,19 @@ STEP_LOG_BOUNDS = (200, 65_536)
 
 Outcome = Literal["succeeded", "retrying", "failed"]
 
+#: Why a failure's record changed nothing but the attempt's own entry and logs (``ClaimLost``).
+FAILURE_OVERTAKEN = (
+    "The step was claimed again (by this attempt's retry, or after its lease lapsed): only this attempt's own "
+    "history entry and logs record its failure."
+)
+
 
 @dataclass(frozen=True)
 class HistoryEntry:
     """An attempt of a step (``attempt``), or a replay of its dead letter (``replay``); times in epoch ms.
 
-    An attempt without an outcome is running, or ended without a record: its worker stopped, its lease
-    lapsed and another attempt took the step over, or its retry (scheduled before the attempt's failure
-    is recorded) claimed the step first.
+    An attempt without an outcome is running, or ended without a record: its worker stopped, or its
+    lease lapsed and another attempt took the step over before it succeeded.
     """
 
     kind: Literal["attempt", "replay"]

@@ -9,7 +9,9 @@ replica and three sentinels. Every execution is
 recorded in PostgreSQL, and each effect, keyed by ``current_effect_key()``, in a table with no unique
 constraint, so an effect applied twice shows as two rows. What the store had acknowledged but not yet
 replicated is lost with the primary (replication is asynchronous): a step may run again, with the same
-effect key, and nothing may be lost or left running. Figures are printed (``-s``).
+effect key, and nothing may be left running. A run whose creation was lost so is gone (its messages are
+dead-lettered with the reason); the store must have reported that write short where it waits for its
+replica. Figures are printed (``-s``).
 
 The two failovers are of different servers, each test's work in a namespace, a worker and tables of its
 own: the sentinels' runs in a thread of its own from the module's first test on
@@ -38,11 +40,13 @@ from pipelines.store import RedisRunStore
 from pipelines.wire.naming import run_key
 from tests.support.backends import AMQP_URL, POSTGRES_URL, TEST_DELAY_TIERS_S
 from tests.support.cluster.failover_load import (
+    NOT_IN_STORE,
     Load,
     Producer,
     discard_worker,
     execution_times,
     longest_pause,
+    runs_not_in_store,
     start_worker,
     wait_for_runs,
 )
@@ -68,6 +72,12 @@ SENTINEL_SPAN_S = 20.0
 LEASE_S = 5.0
 #: Longest the runs may take to finish once everything is published.
 SETTLE_S = 90.0
+#: Longest a replica lags behind its primary on this loopback (a write older than this at the kill was
+#: replicated), where the store does not wait for it.
+LAG_S = 2.0
+#: Longest a start whose creation the killed primary took may return after the kill (its ``WAIT`` cut
+#: short by the lost connection).
+AFTER_KILL_S = 1.0
 
 
 @pytest.fixture
@@ -138,6 +148,8 @@ def run_through_a_failover(
         producer.wait(SETTLE_S + span_s)
         states = wait_for_runs(producer.runs, SETTLE_S)
         runs = {run.id for run in producer.runs}
+        lost = runs_not_in_store(producer.runs)
+        kept = runs - lost
 
         def every_keyed_message_applied() -> bool:
             # A keyed message put off while its key's shard was down comes back after its delay.
@@ -148,10 +160,13 @@ def run_through_a_failover(
         finished_at = time.time()
         keyed = keyed_effects.counts()
         ran = executions.counts()
-        of_runs = [key for key in keyed if key.split(":", 1)[0] in runs]
+        of_kept_runs = [key for key in keyed if key.split(":", 1)[0] in kept]
         messages = [key for key in keyed if key.split(":", 1)[0] not in runs]
         times = execution_times(POSTGRES_URL, keyed_effects.table)
         stood_still = longest_pause(times, failover.killed_at, min(finished_at, producer.finished_at))
+        dead_letters = app.dead_letters.list(limit=1000)
+        assert isinstance(app.store, RedisRunStore)
+        short = app.store.replica_wait.short if app.store.replica_wait is not None else None
         figures = (
             f"store primary {failover.lost} ({failover.held}, {done_before} of {load.executions} executions done) "
             f"SIGKILLed, {failover.promoted} promoted after {failover.promoted_at - failover.killed_at:.1f} s, work "
@@ -159,13 +174,35 @@ def run_through_a_failover(
             f"chains of 3, {load.chords} chords of {load.width}), keyed messages with an effect "
             f"{len(messages)}/{load.keyed}, effects applied twice {sum(c > 1 for c in keyed.values())}, "
             f"executions {sum(ran.values())} (again after the kill: {sum(c - 1 for c in ran.values())}), "
-            f"publishes the producer had to repeat {len(producer.errors)}, dead letters {len(app.dead_letters.list())}"
+            f"publishes the producer had to repeat {len(producer.errors)}, dead letters {len(dead_letters)}"
+            + ("" if short is None else f", the producer's writes its replica had not acknowledged in time {short}")
+            + "".join(
+                f"\n  lost run {run_id}, started {failover.killed_at - producer.started_at[run_id]:.3f} s "
+                "before the kill"
+                for run_id in sorted(lost)
+            )
             + "".join(f"\n  repeated after: {error}" for error in producer.errors[:3])
         )
         tail = log.read_text(errors="replace")[-3000:]
-        assert states == {"succeeded": len(runs)}, f"{figures}\nworker log tail:\n{tail}"
+        assert states == Counter({"succeeded": len(kept), NOT_IN_STORE: len(lost)}) - Counter(), (
+            f"{figures}\nworker log tail:\n{tail}"
+        )
+        # A run the store lost is one whose creation the killed primary took (before the kill; its start may
+        # return after it, its wait for the replica cut short) and had not replicated: reported short where
+        # the store waits for its replica, otherwise acknowledged just before the kill.
+        before_kill = {run_id: failover.killed_at - producer.started_at[run_id] for run_id in lost}
+        assert all(ahead > -AFTER_KILL_S for ahead in before_kill.values()), figures
+        if short is not None:
+            assert len(lost) <= short, figures
+        else:
+            assert all(ahead < LAG_S for ahead in before_kill.values()), figures
+        # What arrives for a lost run is dead-lettered with its reason; nothing else is.
+        assert all(
+            letter.reason.reason == "run or step not in the run store" and letter.reason.run_id in lost
+            for letter in dead_letters
+        ), figures
         assert len(messages) == load.keyed, figures
-        assert len(of_runs) == load.chains * 3 + load.chords * (load.width + 1), figures
+        assert len(of_kept_runs) == sum(producer.executions_of[run_id] for run_id in kept), figures
         assert set(keyed.values()) == {1}, figures
         return figures
     finally:

@@ -4,7 +4,8 @@
 The history is the step row's ``history`` (jsonb: the entries the scripts keep in ``h``, in their shape),
 changed in the statement that changes the step: a claim appends its attempt (:func:`appended`), a
 completion, failure or deadline ends the latest entry when it is the current attempt's and still open
-(:func:`ended`), a replay appends its reason. The logs are a row per step (``step_logs``: its attempts'
+(:func:`ended`; a failed attempt another claim overtook ends its own, :func:`ended_attempt`), a replay
+appends its reason. The logs are a row per step (``step_logs``: its attempts'
 logs as ``step_logs.lua`` keeps them), written in the transaction that records the attempt's end, and
 deleted with the run.
 """
@@ -45,6 +46,15 @@ def ended() -> str:
     )
 
 
+def ended_attempt() -> str:
+    """SQL: the step's ``history`` with the entry of one attempt (its value: the attempt's number) ended (its
+    value: a :func:`end`), when it has no outcome yet: a failed attempt another claim overtook."""
+    return (
+        "COALESCE((SELECT jsonb_agg(CASE WHEN (e ->> 'n')::integer = %s AND NOT e ? 'o' THEN e || %s::jsonb "
+        "ELSE e END ORDER BY i) FROM jsonb_array_elements(history) WITH ORDINALITY AS t(e, i)), history)"
+    )
+
+
 def end(now: int, outcome: str, error: str | None = None) -> Jsonb:
     """What ends an attempt's entry: when (epoch ms), its outcome, and a failure's error (cut short)."""
     fields: dict[str, Any] = {"b": now, "o": outcome}
@@ -57,7 +67,12 @@ def kept_logs(old: str | None, new: AttemptLog, *, records: int, size: int) -> s
     """A step's attempts' logs with ``new`` added: the newest attempts whole while they fit ``records`` and
     ``size`` (bytes), the newest always (its worker bounded it already); old logs that cannot be read are
     replaced, as ``step_logs.lua`` does."""
-    blocks = [*_readable(old), orjson.loads(new.to_json())]
+    blocks = _readable(old)
+    # In attempt order: a failed attempt its retry overtook keeps its logs before the retry's.
+    at = len(blocks)
+    while at > 0 and int(blocks[at - 1].get("n", 0)) > new.attempt:
+        at -= 1
+    blocks.insert(at, orjson.loads(new.to_json()))
     total_records = total_size = 0
     first = len(blocks) - 1
     for i in range(len(blocks) - 1, -1, -1):

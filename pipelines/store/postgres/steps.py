@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from psycopg.rows import dict_row
 
@@ -15,8 +16,16 @@ from pipelines.store.base import Claim, DeadlineCheck, NewRun, Renewal, ReopenKi
 from pipelines.store.postgres.shared import GOING, NOW_MS, Cursor
 from pipelines.store.postgres.statements import Statement, Writes
 from pipelines.store.postgres.statements import run as run_writes
-from pipelines.store.postgres.step_history import CLAIM_ENTRY, REPLAY_ENTRY, StepLogs, appended, end, ended
-from pipelines.store.step_history import AttemptLog
+from pipelines.store.postgres.step_history import (
+    CLAIM_ENTRY,
+    REPLAY_ENTRY,
+    StepLogs,
+    appended,
+    end,
+    ended,
+    ended_attempt,
+)
+from pipelines.store.step_history import FAILURE_OVERTAKEN, AttemptLog
 from pipelines.wire.naming import run_id_for_key
 from pipelines.wire.steps import ROOT, AddressNotInPlan, Frame, frames_json
 
@@ -177,30 +186,39 @@ class RunSteps(StepLogs):
             run, step = self._lock_step(cur, run_id, node)
             if run is None or step is None:
                 return None
-            if claim is not None and step["attempts"] != claim:
-                raise ClaimLost(
-                    "The step was claimed again after this attempt's lease lapsed; its failure is not recorded."
-                )
-            self._keep_logs(cur, run_id, node, logs)
-            if step["state"] == "succeeded":
-                return None
             now, state = run["now"], "failed" if final else "retrying"
-            self._set_step(
-                cur,
-                run_id,
-                node,
-                "error = %s, lease_until = NULL, state = %s, finished_at = CASE WHEN %s THEN %s ELSE finished_at END, "
-                f"history = {ended()}",
-                [error, state, final, now, end(now, state, error)],
-            )
-            cur.execute(
-                f"UPDATE {self._s}.runs SET touched = %s WHERE ns = %s AND run_id = %s", [now, self._ns, run_id]
-            )
-            if final and run["status"] in GOING:
-                self._end_run(cur, run_id, now, "failed", error=error, failed_step=node)
-                return int(run["created_at"])
-            self._notify(cur, run_id)
+            overtaken = claim is not None and step["attempts"] != claim
+            if overtaken:
+                # Only the attempt's own entry and logs: its retry may have claimed the step first.
+                self._set_step(cur, run_id, node, f"history = {ended_attempt()}", [claim, end(now, state, error)])
+            self._keep_logs(cur, run_id, node, logs)
+            if not overtaken:
+                return self._record_failure(cur, run, step, node=node, error=error, final=final)
+        raise ClaimLost(FAILURE_OVERTAKEN)
+
+    def _record_failure(
+        self, cur: Cursor, run: dict[str, Any], step: dict[str, Any], *, node: str, error: str, final: bool
+    ) -> int | None:
+        """Record the failed attempt that holds the step (its row and its run's locked); a final one fails
+        the run: its creation time then."""
+        if step["state"] == "succeeded":
             return None
+        run_id = str(run["run_id"])
+        now, state = run["now"], "failed" if final else "retrying"
+        self._set_step(
+            cur,
+            run_id,
+            node,
+            "error = %s, lease_until = NULL, state = %s, finished_at = CASE WHEN %s THEN %s ELSE finished_at END, "
+            f"history = {ended()}",
+            [error, state, final, now, end(now, state, error)],
+        )
+        cur.execute(f"UPDATE {self._s}.runs SET touched = %s WHERE ns = %s AND run_id = %s", [now, self._ns, run_id])
+        if final and run["status"] in GOING:
+            self._end_run(cur, run_id, now, "failed", error=error, failed_step=node)
+            return int(run["created_at"])
+        self._notify(cur, run_id)
+        return None
 
     def _finish(self, run_id: str, status: str, error: str | None) -> bool:
         with self._c.transaction() as cur:

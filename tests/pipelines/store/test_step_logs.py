@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pipelines.config.sections import StoreConfig
+from pipelines.errors import ClaimLost
 from pipelines.store import NewRun, RedisRunStore, RunStore, make_store
 from pipelines.store.step_history import AttemptLog, LogRecord
 from pipelines.wire.steps import Frame
@@ -57,6 +58,50 @@ def test_an_attempt_that_lost_its_claim_keeps_no_logs(store: RunStore, new_chord
     store.complete_step(run.run_id, "0.1", CALLBACK, "1", claim=1, logs=logged(1, "late"))
 
     assert store.step_logs(run.run_id, ["0.1"]) == {}
+
+
+def test_a_failed_attempt_its_retry_overtook_ends_its_own_entry_and_keeps_its_logs_in_attempt_order(
+    store: RunStore, new_chord: NewChord
+) -> None:
+    # Backoff schedules the retry before the failure is recorded: the retry can claim the step, and even
+    # finish it, first.
+    run = new_chord(1)
+    store.create_run(run)
+    store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
+    store.claim_step(run.run_id, "0.1", attempt=2, lease_ms=LEASE_MS)
+    store.complete_step(run.run_id, "0.1", CALLBACK, "1", claim=2, logs=logged(2, "charged"))
+
+    with pytest.raises(ClaimLost):
+        store.fail_step(run.run_id, "0.1", "ValueError: no", final=False, claim=1, logs=logged(1, "declined"))
+
+    status = store.get_run(run.run_id)
+    assert status is not None
+    step = next(s for s in status.steps if s.node == "0.1")
+    assert (step.state, step.attempts, step.error) == ("succeeded", 2, None)
+    assert [(h.attempt, h.outcome, h.error) for h in step.history] == [
+        (1, "retrying", "ValueError: no"),
+        (2, "succeeded", None),
+    ]
+    assert status.state == "succeeded"
+    assert store.step_logs(run.run_id, ["0.1"]) == {"0.1": (logged(1, "declined"), logged(2, "charged"))}
+
+
+def test_an_overtaken_attempts_final_failure_fails_neither_its_step_nor_its_run(
+    store: RunStore, new_chord: NewChord
+) -> None:
+    run = new_chord(1)
+    store.create_run(run)
+    store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
+    store.claim_step(run.run_id, "0.1", attempt=2, lease_ms=LEASE_MS)
+
+    with pytest.raises(ClaimLost):
+        store.fail_step(run.run_id, "0.1", "ValueError: no", final=True, claim=1)
+
+    status = store.get_run(run.run_id)
+    assert status is not None
+    step = next(s for s in status.steps if s.node == "0.1")
+    assert (status.state, step.state) == ("running", "running")
+    assert [(h.attempt, h.outcome) for h in step.history] == [(1, "failed"), (2, None)]
 
 
 def test_a_step_keeps_its_newest_attempts_logs_within_the_bounds(small_store: RunStore, new_chord: NewChord) -> None:

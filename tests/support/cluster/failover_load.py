@@ -22,7 +22,7 @@ import psycopg
 
 from pipelines import chain, chord, for_each, step
 from pipelines.app import App
-from pipelines.errors import PipelinesError
+from pipelines.errors import PipelinesError, RunNotFound
 from pipelines.runs import Run
 from tests.support.housekeeping import start_process, stop_process
 
@@ -76,6 +76,10 @@ class Producer:
     load: Load
     span_s: float
     runs: list[Run[Any]] = field(default_factory=list)
+    started_at: dict[str, float] = field(default_factory=dict)
+    """When each run's start returned (epoch seconds), by run id."""
+    executions_of: dict[str, int] = field(default_factory=dict)
+    """How many executions each run has without a fault (one per step, member and callback), by run id."""
     errors: list[str] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
@@ -107,7 +111,7 @@ class Producer:
         kinds: list[list[Callable[[], None]]] = [
             [partial_send(a["keyed_effect"], n) for n in range(self.load.keyed)],
             [
-                self._starter(chain(*[step(a["chain_step"], f"c{n}")] * STEPS), (0,), f"c{n}")
+                self._starter(chain(*[step(a["chain_step"], f"c{n}")] * STEPS), (0,), f"c{n}", STEPS)
                 for n in range(self.load.chains)
             ],
             [
@@ -115,6 +119,7 @@ class Producer:
                     chord(for_each(a["chord_member"], range(self.load.width)), then=step(a["chord_total"], f"d{n}")),
                     (),
                     f"d{n}",
+                    self.load.width + 1,
                 )
                 for n in range(self.load.chords)
             ],
@@ -125,12 +130,15 @@ class Producer:
         assert len(placed) == total
         return [item for _, _, item in sorted(placed, key=lambda p: (p[0], p[1]))]
 
-    def _starter(self, pipeline: Any, args: tuple[Any, ...], key: str) -> Callable[[], None]:
+    def _starter(self, pipeline: Any, args: tuple[Any, ...], key: str, executions: int) -> Callable[[], None]:
         attempts = iter(range(1_000))
 
         def start() -> None:
             # A start that raised marked its run failed: a retry is a new run (a new key).
-            self.runs.append(self.app.start(pipeline, args=args, idempotency_key=f"{key}-{next(attempts)}"))
+            run = self.app.start(pipeline, args=args, idempotency_key=f"{key}-{next(attempts)}")
+            self.started_at[run.id] = time.time()
+            self.executions_of[run.id] = executions
+            self.runs.append(run)
 
         return start
 
@@ -202,12 +210,31 @@ def longest_pause(times: list[datetime], after: float, before: float) -> float:
     return max(b - a for a, b in itertools.pairwise(inside))
 
 
+#: The state :func:`wait_for_runs` counts a run by when the run store no longer has it.
+NOT_IN_STORE = "not in the store"
+
+
 def wait_for_runs(runs: list[Run[Any]], timeout_s: float) -> Counter[str]:
-    """Each run's final state (or its state when the deadline passed), counted."""
+    """Each run's final state (or its state when the deadline passed), counted; a run the store lost
+    counts as :data:`NOT_IN_STORE` (see :func:`runs_not_in_store`)."""
     deadline = time.monotonic() + timeout_s
     states: Counter[str] = Counter()
     for run in runs:
         with contextlib.suppress(PipelinesError):
             run.wait(timeout_s=max(0.1, deadline - time.monotonic()))
-        states[run.status().state] += 1
+        try:
+            states[run.status().state] += 1
+        except RunNotFound:
+            states[NOT_IN_STORE] += 1
     return states
+
+
+def runs_not_in_store(runs: list[Run[Any]]) -> set[str]:
+    """The ids of the runs the run store does not have."""
+    lost = set()
+    for run in runs:
+        try:
+            run.status()
+        except RunNotFound:
+            lost.add(run.id)
+    return lost
