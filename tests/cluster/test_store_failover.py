@@ -5,13 +5,13 @@ replica, ``store.wait_for_replicas = 1``).
 The broker failover tests' load (keyed messages, three-step chains and chords of 20, published by a
 producer thread while a stock ``dramatiq`` worker runs them) goes through the single RabbitMQ node, and
 the run store is a local Redis Cluster of three primaries with a replica each, or a primary with one
-replica and three sentinels. Every execution is
-recorded in PostgreSQL, and each effect, keyed by ``current_effect_key()``, in a table with no unique
-constraint, so an effect applied twice shows as two rows. What the store had acknowledged but not yet
-replicated is lost with the primary (replication is asynchronous): a step may run again, with the same
-effect key, and nothing may be left running. A run whose creation was lost so is gone (its messages are
-dead-lettered with the reason); the store must have reported that write short where it waits for its
-replica. Figures are printed (``-s``).
+replica and three sentinels. Every execution is recorded in PostgreSQL, and each effect, keyed by
+``current_effect_key()``, in a table with no unique constraint, so an effect applied twice shows as two
+rows. What the store had acknowledged but not yet replicated is lost with the primary (replication is
+asynchronous): a step whose completion was lost is re-driven by the stall sweep and runs again, with the
+same effect key, and nothing may be left running. A run whose creation was lost so is gone (its messages
+are dead-lettered with the reason); where the store waits for its replica, it must have reported that
+write short. Figures are printed (``-s``).
 
 The two failovers are of different servers, each test's work in a namespace, a worker and tables of its
 own: the sentinels' runs in a thread of its own from the module's first test on
@@ -68,8 +68,12 @@ SPAN_S = 25.0
 #: Half of it, on the primary the sentinels watch (one primary takes every run).
 SENTINEL_LOAD = Load(keyed=1000, chains=150, chords=25, width=20)
 SENTINEL_SPAN_S = 20.0
-#: A step whose completion was lost with the primary runs again once its lease lapses.
+#: The steps' lease: short, so that a lease the failover left behind lapses soon.
 LEASE_S = 5.0
+#: A step whose completion was lost with the primary (its delivery acknowledged) leaves its run untouched
+#: and without a live lease: the stall sweep re-drives it this long after its last touch (sweeping each
+#: quarter of it), well inside SETTLE_S.
+STALLED_AFTER_S = 15.0
 #: Longest the runs may take to finish once everything is published.
 SETTLE_S = 90.0
 #: Longest a replica lags behind its primary on this loopback (a write older than this at the kill was
@@ -117,7 +121,7 @@ def run_through_a_failover(
     every run succeeded and every keyed effect applied once; the figures."""
     keyed_effects, executions = effects
     namespace = fresh_namespace()
-    store = {"url": store_url, "step_lease_s": LEASE_S, **store_options}
+    store = {"url": store_url, "step_lease_s": LEASE_S, "stalled_run_after_s": STALLED_AFTER_S, **store_options}
     settings = Settings.from_values(
         {"namespace": namespace, "broker": {"url": AMQP_URL, "delay_tiers_s": TEST_DELAY_TIERS_S}, "store": store}
     )
