@@ -134,7 +134,8 @@ class ResultTooLarge(PipelinesError):
 
 class ClaimLost(PipelinesError):
     """A step's attempt lost its claim: its lease lapsed (its worker was frozen or cut off) and another
-    worker claimed the step, whose attempt now decides it. This one's result or failure is not recorded."""
+    worker claimed the step, or its own retry did, and that attempt now decides it. This one's result is
+    not recorded; a failure ends only this attempt's own entry in the step's history."""
 
 
 class MaxAgeExceeded(PipelinesError):

@@ -81,7 +81,7 @@ def instruments(registry: CollectorRegistry) -> dict[str, Any]:
         ),
         "steps_lost": counter(
             "pipelines_steps_lost",
-            "Step attempts that ended after their lease lapsed and the step was claimed again (not recorded).",
+            "Step attempts whose end found their step claimed again (after their lease lapsed, or by their retry).",
             ["actor"],
         ),
         "middleware_failures": counter(
