@@ -46,6 +46,16 @@ logger = logging.getLogger(__name__)
 #: what keeps the callback message of a chord with thousands of members small.
 MAX_TRACE_LINKS = 128
 
+#: What a worker logs when an attempt's end finds its step claimed again (step, run, message id).
+_END_LOST = (
+    "Step %s of run %s was claimed again after its lease lapsed here: this attempt's end of %s is not recorded "
+    "(the other attempt's is)."
+)
+_FAILURE_OVERTAKEN = (
+    "Step %s of run %s was claimed again (by this attempt's retry, or after its lease lapsed here): the failure "
+    "of %s ends only its own attempt in the step's history."
+)
+
 
 class Runtime(StartsInTransaction):
     """Starts runs (:class:`~pipelines.flow.starting.RunStarts`, also in the caller's transaction) and
@@ -157,15 +167,10 @@ class Runtime(StartsInTransaction):
             local.start(message, address, advance, trace=carried)
         return advance
 
-    def lost(self, message: dramatiq.broker.MessageProxy, address: StepAddress) -> None:
-        """An attempt ended after its step was claimed again (its lease had lapsed): its end is not recorded."""
-        logger.warning(
-            "Step %s of run %s was claimed again after its lease lapsed here: this attempt's end of %s is "
-            "not recorded (the other attempt's is).",
-            address.node,
-            address.run_id,
-            message.message_id,
-        )
+    def lost(self, message: dramatiq.broker.MessageProxy, address: StepAddress, *, failed: bool = False) -> None:
+        """An attempt ended after its step was claimed again (its lease had lapsed, or, for a failure, its
+        retry claimed it first): the other attempt decides the step; a failure ends only its own entry."""
+        logger.warning(_FAILURE_OVERTAKEN if failed else _END_LOST, address.node, address.run_id, message.message_id)
         for listener in self.listeners:
             listener.step_lost(message.actor_name)
 
@@ -232,15 +237,7 @@ class Runtime(StartsInTransaction):
                 address.run_id, address.node, text, final=final, claim=claim, logs=logs
             )
         except ClaimLost:
-            logger.warning(
-                "Step %s of run %s was claimed again (by this attempt's retry, or after its lease lapsed here): "
-                "the failure of %s ends only its own attempt in the step's history.",
-                address.node,
-                address.run_id,
-                message.message_id,
-            )
-            for listener in self.listeners:
-                listener.step_lost(message.actor_name)
+            self.lost(message, address, failed=True)
             return
         if created_at_ms is not None:
             pipeline = wire_options.pipeline(message.options) or "adhoc"

@@ -60,15 +60,21 @@ def test_an_attempt_that_lost_its_claim_keeps_no_logs(store: RunStore, new_chord
     assert store.step_logs(run.run_id, ["0.1"]) == {}
 
 
+def overtaken(store: RunStore, new_chord: NewChord) -> NewRun:
+    """A run of one step claimed by attempt 1, then by its retry (attempt 2) while 1's lease is live."""
+    run = new_chord(1)
+    store.create_run(run)
+    store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
+    store.claim_step(run.run_id, "0.1", attempt=2, lease_ms=LEASE_MS)
+    return run
+
+
 def test_a_failed_attempt_its_retry_overtook_ends_its_own_entry_and_keeps_its_logs_in_attempt_order(
     store: RunStore, new_chord: NewChord
 ) -> None:
     # Backoff schedules the retry before the failure is recorded: the retry can claim the step, and even
     # finish it, first.
-    run = new_chord(1)
-    store.create_run(run)
-    store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
-    store.claim_step(run.run_id, "0.1", attempt=2, lease_ms=LEASE_MS)
+    run = overtaken(store, new_chord)
     store.complete_step(run.run_id, "0.1", CALLBACK, "1", claim=2, logs=logged(2, "charged"))
 
     with pytest.raises(ClaimLost):
@@ -89,10 +95,7 @@ def test_a_failed_attempt_its_retry_overtook_ends_its_own_entry_and_keeps_its_lo
 def test_an_overtaken_attempts_final_failure_fails_neither_its_step_nor_its_run(
     store: RunStore, new_chord: NewChord
 ) -> None:
-    run = new_chord(1)
-    store.create_run(run)
-    store.claim_step(run.run_id, "0.1", attempt=1, lease_ms=LEASE_MS)
-    store.claim_step(run.run_id, "0.1", attempt=2, lease_ms=LEASE_MS)
+    run = overtaken(store, new_chord)
 
     with pytest.raises(ClaimLost):
         store.fail_step(run.run_id, "0.1", "ValueError: no", final=True, claim=1)
