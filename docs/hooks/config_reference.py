@@ -4,11 +4,17 @@ A page that holds the marker ``<!-- config-reference -->`` gets, in its place, o
 ``config.toml``: every key with its type, default, environment variable and the docstring of its
 field in ``pipelines/config/sections.py``. A key without a docstring fails the build, so the page
 cannot drift from the code.
+
+The docstrings are read from the models' source here: pydantic's ``use_attribute_docstrings`` would read
+them in every process that loads the settings, about a tenth of a worker's or a command's start.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -35,7 +41,7 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 def reference() -> str:
     """Every section's table, top-level keys first."""
     top = [(name, field) for name, field in Settings.model_fields.items() if not _is_section(field)]
-    parts = ["### Top-level keys", "", *_table(top, section=()), ""]
+    parts = ["### Top-level keys", "", *_table(Settings, top, section=()), ""]
     for name, field in Settings.model_fields.items():
         if _is_section(field):
             parts += _section((name,), field)
@@ -48,21 +54,43 @@ def _section(path: tuple[str, ...], field: FieldInfo) -> list[str]:
     assert issubclass(model, BaseModel)
     keys = [(name, f) for name, f in model.model_fields.items() if not _is_section(f)]
     intro = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-    parts = [f"### [{'.'.join(path)}]", "", intro, "", *_table(keys, section=path), ""]
+    parts = [f"### [{'.'.join(path)}]", "", intro, "", *_table(model, keys, section=path), ""]
     for name, sub in model.model_fields.items():
         if _is_section(sub):
             parts += _section((*path, name), sub)
     return parts
 
 
-def _table(keys: list[tuple[str, FieldInfo]], *, section: tuple[str, ...]) -> list[str]:
+def _docstrings(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's docstring (the string right under it in the class body), by field name."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        [node] = ast.parse(textwrap.dedent(inspect.getsource(cls))).body
+        assert isinstance(node, ast.ClassDef)
+        for field, after in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                found[field.target.id] = inspect.cleandoc(after.value.value)
+    return found
+
+
+def _table(model: type[BaseModel], keys: list[tuple[str, FieldInfo]], *, section: tuple[str, ...]) -> list[str]:
     rows = ["| key | type | default | environment variable | what it sets |", "| --- | --- | --- | --- | --- |"]
+    docstrings = _docstrings(model)
     for name, field in keys:
-        if not field.description:
+        doc = docstrings.get(name)
+        if not doc:
             where = ".".join((*section, name))
             raise PluginError(f"The setting {where} has no docstring: add one under its field in the settings model.")
         variable = ENV_PREFIX + "__".join((*section, name)).upper()
-        description = field.description.replace("\n", " ").replace("|", "\\|")
+        description = doc.replace("\n", " ").replace("|", "\\|")
         rows.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | `{variable}` | {description} |")
     return rows
 

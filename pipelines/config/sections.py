@@ -26,7 +26,7 @@ from pipelines.wire.naming import is_valid_actor_name
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class AppConfig(_Section):

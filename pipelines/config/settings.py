@@ -46,9 +46,7 @@ _read_environment: ContextVar[bool] = ContextVar("read_environment", default=Tru
 class Settings(BaseSettings):
     """The whole configuration, one section per concern."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True, use_attribute_docstrings=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
 
     namespace: str = "pipelines"
     """The prefix of every exchange, queue and run-store key: one namespace per environment."""
