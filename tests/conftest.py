@@ -324,6 +324,13 @@ def own_postgres() -> Iterator[OwnPostgres]:
     yield from made_here(cluster, cluster.init, cluster.start)
 
 
+@pytest.fixture(scope="module")
+def module_postgres() -> Iterator[OwnPostgres]:
+    """A PostgreSQL cluster of the module's own, for tests that neither stop it nor leave anything in it."""
+    cluster = OwnPostgres()
+    yield from made_here(cluster, cluster.init, cluster.start)
+
+
 @pytest.fixture
 def own_replicated_postgres() -> Iterator[OwnReplicatedPostgres]:
     """A PostgreSQL primary and its synchronous standby, of the test's own: it may kill the primary and promote

@@ -4,7 +4,7 @@ migrates the store and from one that loads the app and reads a run alike."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -31,6 +31,14 @@ WRONG_URLS: dict[str, tuple[Callable[[OwnPostgres], str], tuple[str, ...]]] = {
         ("refused the login", 'role "no_such_user" does not exist', "Check the user name and password in store.url"),
     ),
 }
+
+
+@pytest.fixture
+def own_postgres(module_postgres: OwnPostgres) -> Iterator[OwnPostgres]:
+    """The module's cluster (one ``initdb`` for all its tests), as each test found it: what one made is dropped."""
+    yield module_postgres
+    module_postgres.sql(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    module_postgres.sql("DROP ROLE IF EXISTS weak")
 
 
 def one_line_of(own_postgres: OwnPostgres, namespaces: Callable[[], str], url: str, command: str) -> str:
