@@ -5,8 +5,8 @@ A page that holds the marker ``<!-- config-reference -->`` gets, in its place, o
 field in ``pipelines/config/sections.py``. A key without a docstring fails the build, so the page
 cannot drift from the code.
 
-The docstrings are read from the models' source here: pydantic's ``use_attribute_docstrings`` would read
-them in every process that loads the settings, about a tenth of a worker's or a command's start.
+The docstrings are read from the models' source here, at build time: pydantic's ``use_attribute_docstrings``
+would read them in every process that loads the settings (tens of ms of every worker's and command's start).
 """
 
 from __future__ import annotations
