@@ -326,7 +326,7 @@ def own_postgres() -> Iterator[OwnPostgres]:
 
 @pytest.fixture(scope="module")
 def module_postgres() -> Iterator[OwnPostgres]:
-    """A PostgreSQL cluster of the module's own, for tests that neither stop it nor leave anything in it."""
+    """A PostgreSQL cluster of the module's own, for tests that do not stop it and drop what they make in it."""
     cluster = OwnPostgres()
     yield from made_here(cluster, cluster.init, cluster.start)
 
